@@ -1,0 +1,237 @@
+"""The monitor's record and every rule it obeys.
+
+The reference validated a row with one forty-clause boolean that could only say
+"invalid". Here each clause is a field rule (attrs validator, checked whenever a
+record is built) or a named invariant (cross-field, checked before every write and
+on every read). A violation names the rule; the public code stays
+``terminal_processing_monitor.state_invalid``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import attrs
+
+from lifecycles.invariants.core import (
+    FieldRule,
+    InvariantSet,
+    finite_time,
+    integer_between,
+    invariant,
+    is_integer,
+    matches,
+    non_negative_integer,
+    one_of,
+)
+
+STATE_INVALID = "terminal_processing_monitor.state_invalid"
+
+TERMINAL_STATUSES = frozenset(
+    {
+        "cancelled",
+        "deleted",
+        "deletion_failed",
+        "localization_failed",
+        "publication_blocked",
+        "publication_failed",
+        "published",
+        "superseded",
+    }
+)
+
+
+class MonitorStatus(StrEnum):
+    """Where a notification's processing observation stands."""
+
+    PENDING = "pending"
+    LEASED = "leased"
+    WATCHING = "watching"
+    RETRY_WAIT = "retry_wait"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class ReceiverStatus(StrEnum):
+    """The receiver's own processing status, as its status answer reports it."""
+
+    PENDING = "pending"
+    LEASED = "leased"
+    RETRY_WAIT = "retry_wait"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+# Field rules: one field each, named for what they demand.
+token = matches("token_syntax", r"[A-Za-z0-9_.:-]{1,256}")
+sha256_hex = matches("sha256_syntax", r"[0-9a-f]{64}")
+error_code = matches("error_code_syntax", r"[a-z][a-z0-9_.-]{0,127}")
+terminal_status = one_of("terminal_status_known", TERMINAL_STATUSES)
+monitor_status = one_of("status_declared", set(MonitorStatus))
+receiver_status = one_of("receiver_status_declared", set(ReceiverStatus))
+count = non_negative_integer("count_non_negative")
+failure_bound = integer_between("max_failures_bounds", 1, 20)
+time = finite_time("time_finite_non_negative")
+optional_integer = FieldRule("integer_type", is_integer, optional=True)
+lease_expired_flag = one_of("lease_expired_flag", {0, 1})
+
+
+def _status(value: object) -> object:
+    """Stored statuses are strings; a known one becomes the enum, anything else stays to fail."""
+    if isinstance(value, str) and value in MonitorStatus.__members__.values():
+        return MonitorStatus(value)
+    return value
+
+
+@attrs.frozen(slots=True)
+class MonitorRecord:
+    """One row of ``cms_source_terminal_processing``, field for field, in column order."""
+
+    event_id: str = attrs.field(validator=token)
+    notification_id: str = attrs.field(validator=token)
+    site_id: str = attrs.field(validator=token)
+    terminal_status: str = attrs.field(validator=terminal_status)
+    notification_sha256: str = attrs.field(validator=sha256_hex)
+    status: MonitorStatus = attrs.field(converter=_status, validator=monitor_status)
+    poll_attempts: int = attrs.field(validator=count)
+    failures: int = attrs.field(validator=count)
+    max_failures: int = attrs.field(validator=failure_bound)
+    next_poll_at: float = attrs.field(validator=time)
+    lease_owner: str | None = attrs.field(validator=token.allow_none())
+    lease_token: str | None = attrs.field(validator=token.allow_none())
+    lease_expires_at: float | None = attrs.field(validator=time.allow_none())
+    last_error_code: str | None = attrs.field(validator=error_code.allow_none())
+    receiver_status: str | None = attrs.field(validator=receiver_status.allow_none())
+    receiver_attempts: int | None = attrs.field(validator=optional_integer)
+    receiver_max_attempts: int | None = attrs.field(validator=optional_integer)
+    receiver_next_attempt_at: float | None = attrs.field(validator=time.allow_none())
+    receiver_lease_expires_at: float | None = attrs.field(validator=time.allow_none())
+    receiver_lease_expired: int | None = attrs.field(validator=lease_expired_flag.allow_none())
+    receiver_error_code: str | None = attrs.field(validator=error_code.allow_none())
+    receiver_processed_at: float | None = attrs.field(validator=time.allow_none())
+    created_at: float = attrs.field(validator=time)
+    updated_at: float = attrs.field(validator=time)
+
+
+COLUMNS: tuple[str, ...] = tuple(field.name for field in attrs.fields(MonitorRecord))
+LEASE_FIELDS = ("lease_owner", "lease_token", "lease_expires_at")
+RECEIVER_BUNDLE = (
+    "receiver_attempts",
+    "receiver_max_attempts",
+    "receiver_next_attempt_at",
+    "receiver_lease_expired",
+)
+
+
+@invariant
+def failures_within_max(r: MonitorRecord) -> bool:
+    """Failures never exceed the item's max_failures."""
+    return r.failures <= r.max_failures
+
+
+@invariant
+def polls_cover_failures(r: MonitorRecord) -> bool:
+    """Every failure follows a poll attempt: poll_attempts >= failures."""
+    return r.poll_attempts >= r.failures
+
+
+@invariant
+def lease_fields_iff_leased(r: MonitorRecord) -> bool:
+    """Lease owner, token and expiry are all set when leased, and all empty otherwise."""
+    present = [getattr(r, name) is not None for name in LEASE_FIELDS]
+    return all(present) if r.status == MonitorStatus.LEASED else not any(present)
+
+
+@invariant
+def error_code_iff_waiting_or_failed(r: MonitorRecord) -> bool:
+    """A local error code exists exactly when the status is retry_wait or failed."""
+    waiting = r.status in (MonitorStatus.RETRY_WAIT, MonitorStatus.FAILED)
+    return waiting == (r.last_error_code is not None)
+
+
+@invariant
+def failed_has_error_code(r: MonitorRecord) -> bool:
+    """A failed item always says why."""
+    return r.status != MonitorStatus.FAILED or r.last_error_code is not None
+
+
+@invariant
+def receiver_bundle_iff_receiver_status(r: MonitorRecord) -> bool:
+    """A receiver status comes with attempts <= max attempts <= 20, a next attempt and a flag."""
+    if r.receiver_status is None:
+        return True
+    a, m = r.receiver_attempts, r.receiver_max_attempts
+    return (
+        all(getattr(r, name) is not None for name in RECEIVER_BUNDLE)
+        and a is not None
+        and m is not None
+        and 0 <= a <= m <= 20
+        and m >= 1
+    )
+
+
+@invariant
+def receiver_lease_iff_receiver_leased(r: MonitorRecord) -> bool:
+    """The receiver's lease expiry is recorded exactly when the receiver reports leased."""
+    return (r.receiver_status == ReceiverStatus.LEASED) == (r.receiver_lease_expires_at is not None)
+
+
+@invariant
+def receiver_error_iff_receiver_waiting_or_failed(r: MonitorRecord) -> bool:
+    """A receiver error code exists exactly when the receiver reports retry_wait or failed."""
+    waiting = r.receiver_status in (ReceiverStatus.RETRY_WAIT, ReceiverStatus.FAILED)
+    return waiting == (r.receiver_error_code is not None)
+
+
+@invariant
+def receiver_processed_iff_receiver_succeeded(r: MonitorRecord) -> bool:
+    """The receiver's processed_at is set exactly when the receiver reports succeeded."""
+    return (r.receiver_status == ReceiverStatus.SUCCEEDED) == (r.receiver_processed_at is not None)
+
+
+@invariant
+def receiver_lease_expired_only_when_leased(r: MonitorRecord) -> bool:
+    """The receiver's lease_expired flag is raised only while the receiver reports leased."""
+    return r.receiver_lease_expired != 1 or r.receiver_status == ReceiverStatus.LEASED
+
+
+@invariant
+def succeeded_iff_receiver_succeeded(r: MonitorRecord) -> bool:
+    """The item succeeded exactly when the receiver reported succeeded."""
+    return (r.status == MonitorStatus.SUCCEEDED) == (r.receiver_status == ReceiverStatus.SUCCEEDED)
+
+
+@invariant
+def watching_means_receiver_unfinished(r: MonitorRecord) -> bool:
+    """A watched item's receiver is still pending, leased or in retry_wait."""
+    return r.status != MonitorStatus.WATCHING or r.receiver_status in (
+        ReceiverStatus.PENDING,
+        ReceiverStatus.LEASED,
+        ReceiverStatus.RETRY_WAIT,
+    )
+
+
+@invariant
+def updated_not_before_created(r: MonitorRecord) -> bool:
+    """updated_at is never earlier than created_at."""
+    return r.updated_at >= r.created_at
+
+
+MONITOR_INVARIANTS: InvariantSet[MonitorRecord] = InvariantSet(
+    STATE_INVALID,
+    [
+        failures_within_max,
+        polls_cover_failures,
+        lease_fields_iff_leased,
+        error_code_iff_waiting_or_failed,
+        failed_has_error_code,
+        receiver_bundle_iff_receiver_status,
+        receiver_lease_iff_receiver_leased,
+        receiver_error_iff_receiver_waiting_or_failed,
+        receiver_processed_iff_receiver_succeeded,
+        receiver_lease_expired_only_when_leased,
+        succeeded_iff_receiver_succeeded,
+        watching_means_receiver_unfinished,
+        updated_not_before_created,
+    ],
+)

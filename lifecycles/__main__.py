@@ -1,0 +1,5 @@
+import sys
+
+from lifecycles.cli import main
+
+sys.exit(main())

@@ -1,0 +1,434 @@
+"""Declare a lifecycle as a literal transition table, and run it as a pure function.
+
+A lifecycle is:
+
+* a status ``Enum`` (``StrEnum``), an initial status and the final statuses;
+* a table of rows in the ``transitions`` library's format
+  (``trigger``, ``source``, ``dest``, ``conditions``, ``unless``, ``after``), where
+  ``conditions``/``unless`` name guards and ``after`` names the effect;
+* guards, ``(record, inputs) -> bool``, each with the stable error code it raises
+  when it blocks a trigger;
+* effects, ``(record, inputs) -> changes``, each declaring the fields it writes;
+* the invariants every record obeys.
+
+Firing a trigger is :meth:`Lifecycle.fire`: a record and its inputs in, a new record
+out, nothing else touched. ``transitions`` does the table lookup and guard
+evaluation on a tiny per-call adapter (one machine per lifecycle, never
+``add_model``); the engine then applies the row's effect, sets the status from the
+row's ``dest`` and checks every invariant. A trigger that is not allowed, or whose
+guards all fail, raises :class:`TransitionRefused` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+import attrs
+from transitions import Machine, MachineError
+
+from lifecycles.invariants.core import FieldRuleViolation, InvariantSet, InvariantViolation
+
+R = TypeVar("R")
+I = TypeVar("I")  # noqa: E741 - the inputs type of a lifecycle
+
+Changes = Mapping[str, Any]
+
+
+class LifecycleError(Exception):
+    """Base of the engine's errors; ``code`` is stable and safe to match on."""
+
+    code = "lifecycles.error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class DefinitionError(LifecycleError):
+    """A lifecycle's declaration is inconsistent; raised when its table is built."""
+
+    code = "lifecycles.definition_invalid"
+
+    def __init__(self, check: str, message: str) -> None:
+        super().__init__(f"{check}: {message}")
+        self.check = check
+
+
+class TransitionRefused(LifecycleError):
+    """A trigger was not allowed from the record's status, or every guard said no.
+
+    ``guard`` names the first guard that blocked (``None`` when the trigger is not
+    allowed from the current status at all). Nothing was changed.
+    """
+
+    code = "lifecycles.transition_refused"
+
+    def __init__(
+        self, trigger: str, status: str, *, guard: str | None, code: str | None
+    ) -> None:
+        reason = f"guard {guard} is false" if guard else "not allowed from this status"
+        super().__init__(f"{trigger} from {status}: {reason}", code=code)
+        self.trigger = trigger
+        self.status = status
+        self.guard = guard
+
+
+class EffectContractError(LifecycleError):
+    """An effect wrote a field it did not declare: a bug in the lifecycle, not in input."""
+
+    code = "lifecycles.effect_contract"
+
+
+# --- declarations ------------------------------------------------------------
+
+
+@attrs.frozen
+class Guard(Generic[R, I]):
+    """A named condition on a transition. ``refusal_code`` is raised when it blocks."""
+
+    name: str
+    test: Callable[[R, I], bool]
+    refusal_code: str
+    meaning: str
+
+
+@attrs.frozen
+class Effect(Generic[R, I]):
+    """A named, pure change: returns the new values of exactly the fields in ``writes``."""
+
+    name: str
+    compute: Callable[[R, I], Changes]
+    writes: tuple[str, ...]
+    meaning: str
+
+
+def _meaning(function: Callable[..., Any]) -> str:
+    lines = (function.__doc__ or "").strip().splitlines()
+    if not lines:
+        raise TypeError(f"{function.__name__} needs a one-line docstring: auditors read it")
+    return lines[0]
+
+
+def guard(refusal_code: str) -> Callable[[Callable[[R, I], bool]], Guard[R, I]]:
+    """Declare a guard named after the function, blocking with ``refusal_code``."""
+
+    def declare(function: Callable[[R, I], bool]) -> Guard[R, I]:
+        return Guard(function.__name__, function, refusal_code, _meaning(function))
+
+    return declare
+
+
+def effect(*writes: str) -> Callable[[Callable[[R, I], Changes]], Effect[R, I]]:
+    """Declare an effect named after the function that writes exactly ``writes``."""
+
+    def declare(function: Callable[[R, I], Changes]) -> Effect[R, I]:
+        return Effect(function.__name__, function, tuple(writes), _meaning(function))
+
+    return declare
+
+
+@attrs.frozen
+class Row:
+    """One resolved row of a table: a single source, guards split into if/unless."""
+
+    index: int
+    trigger: str
+    source: str
+    dest: str
+    conditions: tuple[str, ...]
+    unless: tuple[str, ...]
+    effect: str | None
+
+    @property
+    def label(self) -> str:
+        """``trigger [guard, !other]``: how diagrams and coverage reports name the row."""
+        guards = [*self.conditions, *(f"!{name}" for name in self.unless)]
+        return f"{self.trigger} [{', '.join(guards)}]" if guards else self.trigger
+
+
+@attrs.frozen
+class Lease:
+    """How a lifecycle leases records to workers, for stores and diagrams.
+
+    ``trigger`` is the claiming trigger: its sources are the claimable statuses and
+    its dest is the leased status, both derived from the table. ``due_field`` is
+    the time at which a claimable record becomes due; ``order_by`` the fields that
+    decide which due record is claimed first.
+    """
+
+    trigger: str
+    token_field: str
+    expires_field: str
+    due_field: str
+    order_by: tuple[str, ...]
+    expiry_trigger: str
+
+
+# --- the engine --------------------------------------------------------------
+
+
+class _Adapter:
+    """What ``transitions`` sees during one firing: a status plus what guards read."""
+
+    __slots__ = ("fired", "inputs", "record", "state")
+
+    def __init__(self, state: str, record: object, inputs: object) -> None:
+        self.state = state
+        self.record = record
+        self.inputs = inputs
+        self.fired: Row | None = None
+
+
+class Lifecycle(Generic[R, I]):
+    """A declared lifecycle: its table, its guards and effects, its invariants."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        statuses: type[StrEnum],
+        table: Sequence[Mapping[str, Any]],
+        initial: StrEnum,
+        final: Iterable[StrEnum],
+        creation: str,
+        guards: Iterable[Guard[R, I]],
+        effects: Iterable[Effect[R, I]],
+        invariants: InvariantSet[R],
+        record_type: type[R],
+        key_field: str,
+        status_field: str = "status",
+        not_allowed_code: str,
+        lease: Lease | None = None,
+        description: str = "",
+        status_meanings: Mapping[str, str] | None = None,
+        beside_the_table: Sequence[Callable[..., Any]] = (),
+    ) -> None:
+        from lifecycles.machines import checks  # the checks read the declaration
+
+        self.name = name
+        self.statuses = statuses
+        self.table: tuple[Mapping[str, Any], ...] = tuple(dict(row) for row in table)
+        self.initial = initial
+        self.final = frozenset(final)
+        self.creation = creation
+        self.guards = {g.name: g for g in guards}
+        self.effects = {e.name: e for e in effects}
+        self.invariants = invariants
+        self.record_type = record_type
+        self.key_field = key_field
+        self.status_field = status_field
+        self.not_allowed_code = not_allowed_code
+        self.lease = lease
+        self.description = description
+        self.status_meanings = dict(status_meanings or {})
+        self.beside_the_table = tuple(beside_the_table)
+        self.rows: tuple[Row, ...] = tuple(_expand(self.table))
+        checks.run_definition_checks(self)
+        self.machine = self._build_machine()
+
+    # -- derived sets: never listed twice ------------------------------------
+
+    @property
+    def triggers(self) -> tuple[str, ...]:
+        """Every trigger of the table, in table order."""
+        return tuple(dict.fromkeys(row.trigger for row in self.rows))
+
+    def sources(self, trigger: str) -> frozenset[StrEnum]:
+        """Statuses from which ``trigger`` may fire."""
+        return frozenset(self.statuses(r.source) for r in self.rows if r.trigger == trigger)
+
+    def dests(self, trigger: str) -> frozenset[StrEnum]:
+        """Statuses ``trigger`` may lead to."""
+        return frozenset(self.statuses(r.dest) for r in self.rows if r.trigger == trigger)
+
+    def allowed_triggers(self, status: StrEnum) -> tuple[str, ...]:
+        """Triggers with at least one row out of ``status``."""
+        return tuple(dict.fromkeys(r.trigger for r in self.rows if r.source == status.value))
+
+    @property
+    def claimable(self) -> frozenset[StrEnum]:
+        """Statuses a worker may claim from (the lease trigger's sources)."""
+        return self.sources(self.lease.trigger) if self.lease else frozenset()
+
+    @property
+    def leased(self) -> StrEnum | None:
+        """The status a claimed record holds (the lease trigger's dest)."""
+        if self.lease is None:
+            return None
+        (status,) = self.dests(self.lease.trigger)
+        return status
+
+    @property
+    def table_version(self) -> str:
+        """A short digest of the table and its guard/effect/invariant names."""
+        material = {
+            "table": [dict(row) for row in self.table],
+            "statuses": [s.value for s in self.statuses],
+            "initial": self.initial.value,
+            "final": sorted(s.value for s in self.final),
+            "invariants": [rule.name for rule in self.invariants],
+            "writes": {name: list(e.writes) for name, e in sorted(self.effects.items())},
+        }
+        rendered = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(rendered.encode()).hexdigest()[:12]
+
+    # -- running ---------------------------------------------------------------
+
+    def status_of(self, record: R) -> StrEnum:
+        return self.statuses(getattr(record, self.status_field))
+
+    def key_of(self, record: R) -> str:
+        return str(getattr(record, self.key_field))
+
+    def create(self, record: R) -> R:
+        """Admit a freshly built record: it must hold the initial status and every invariant."""
+        if self.status_of(record) != self.initial:
+            raise TransitionRefused(
+                self.creation, str(self.status_of(record)), guard=None, code=self.not_allowed_code
+            )
+        return self.invariants.check(record)
+
+    def check(self, record: R) -> R:
+        """Every invariant holds on ``record`` (returned unchanged) or it is refused."""
+        return self.invariants.check(record)
+
+    def select_row(self, trigger: str, record: R, inputs: I) -> Row:
+        """The row that ``trigger`` fires from ``record`` with ``inputs``, or refuse."""
+        status = getattr(record, self.status_field)
+        adapter = _Adapter(str(status), record, inputs)
+        event = self.machine.events.get(trigger)
+        if event is None:
+            raise TransitionRefused(trigger, str(status), guard=None, code=self.not_allowed_code)
+        try:
+            moved = event.trigger(adapter)
+        except MachineError:
+            raise TransitionRefused(
+                trigger, str(status), guard=None, code=self.not_allowed_code
+            ) from None
+        if not moved or adapter.fired is None:
+            blocking = self.blocking_guard(trigger, record, inputs)
+            raise TransitionRefused(
+                trigger,
+                str(status),
+                guard=blocking,
+                code=self.guards[blocking].refusal_code if blocking else self.not_allowed_code,
+            )
+        return adapter.fired
+
+    def fire(self, trigger: str, record: R, inputs: I) -> R:
+        """Fire ``trigger`` on ``record``: the new record, or a refusal with nothing changed."""
+        row = self.select_row(trigger, record, inputs)
+        return self.apply_row(row, record, inputs)
+
+    def apply_row(self, row: Row, record: R, inputs: I) -> R:
+        """Apply ``row``'s effect and dest to ``record``; the result must hold every invariant."""
+        changes: dict[str, Any] = {}
+        if row.effect is not None:
+            effect_ = self.effects[row.effect]
+            changes = dict(effect_.compute(record, inputs))
+            undeclared = sorted(set(changes) - set(effect_.writes))
+            if undeclared:
+                raise EffectContractError(f"{effect_.name} wrote undeclared fields {undeclared}")
+        changes[self.status_field] = self.statuses(row.dest)
+        try:
+            new = attrs.evolve(record, **changes)  # type: ignore[misc]
+        except FieldRuleViolation as error:
+            raise InvariantViolation(self.invariants.code, [error.rule]) from error
+        return self.invariants.check(new)
+
+    def blocking_guard(self, trigger: str, record: R, inputs: I) -> str | None:
+        """The first guard that blocks the first row of ``trigger`` out of ``record``'s status."""
+        status = str(getattr(record, self.status_field))
+        for row in self.rows:
+            if row.trigger != trigger or row.source != status:
+                continue
+            for name in row.conditions:
+                if not self.guards[name].test(record, inputs):
+                    return name
+            for name in row.unless:
+                if self.guards[name].test(record, inputs):
+                    return name
+        return None
+
+    def writes(self, row: Row) -> tuple[str, ...]:
+        """The fields a row writes: its status plus its effect's declared fields."""
+        effect_writes = self.effects[row.effect].writes if row.effect else ()
+        return (self.status_field, *effect_writes)
+
+    # -- the transitions machine ----------------------------------------------
+
+    def _build_machine(self) -> Machine:
+        transitions = []
+        for row in self.rows:
+            transitions.append(
+                {
+                    "trigger": row.trigger,
+                    "source": row.source,
+                    "dest": row.dest,
+                    "conditions": [self._guard_callback(n) for n in row.conditions],
+                    "unless": [self._guard_callback(n) for n in row.unless],
+                    "after": [_mark_fired(row)],
+                }
+            )
+        return Machine(
+            model=None,
+            states=[status.value for status in self.statuses],
+            initial=self.initial.value,
+            transitions=transitions,
+            auto_transitions=False,
+            send_event=True,
+            ignore_invalid_triggers=False,
+        )
+
+    def _guard_callback(self, name: str) -> Callable[[Any], bool]:
+        test = self.guards[name].test
+
+        def evaluate(event: Any) -> bool:
+            adapter: _Adapter = event.model
+            return bool(test(adapter.record, adapter.inputs))  # type: ignore[arg-type]
+
+        evaluate.__name__ = name
+        return evaluate
+
+    def __repr__(self) -> str:
+        return f"<Lifecycle {self.name} v{self.table_version}>"
+
+
+def _mark_fired(row: Row) -> Callable[[Any], None]:
+    def mark(event: Any) -> None:
+        event.model.fired = row
+
+    return mark
+
+
+def _names(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Iterable):
+        return tuple(str(v) for v in value)
+    return (str(value),)
+
+
+def _expand(table: Sequence[Mapping[str, Any]]) -> Iterable[Row]:
+    """One :class:`Row` per (table row, source), keeping table order."""
+    for index, entry in enumerate(table):
+        effects = _names(entry.get("after"))
+        if len(effects) > 1:
+            raise DefinitionError("one_effect_per_row", f"row {index} names {effects}")
+        for source in _names(entry.get("source")):
+            yield Row(
+                index=index,
+                trigger=str(entry["trigger"]),
+                source=source,
+                dest=str(entry["dest"]),
+                conditions=_names(entry.get("conditions")),
+                unless=_names(entry.get("unless")),
+                effect=effects[0] if effects else None,
+            )

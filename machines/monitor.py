@@ -1,0 +1,438 @@
+"""The terminal-processing monitor: observe a receiver until it finishes a notification.
+
+Rules, in prose (the table below is the spec):
+
+* ``register`` creates an item in ``pending``, due at once.
+* ``claim`` leases a due item (``pending``, ``watching``, ``retry_wait``) to one worker.
+* A lease that outlives its expiry is recovered by ``expire_lease``: the item counts a
+  failure and waits to be retried at once, or fails once its failures are spent.
+* While the lease is held and live, the receiver's answer completes the poll:
+  ``observe_success`` / ``observe_failure`` end the item, ``observe_progress`` keeps
+  watching it. Which one fires is :func:`trigger_for_answer`, beside the table.
+* A reader error or an invalid answer is ``fail_attempt``: retried with exponential
+  backoff (:func:`retry_delay`) while it is retryable and failures remain, else final.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from lifecycles.invariants.core import is_integer, is_time
+from lifecycles.invariants.monitor import (
+    MONITOR_INVARIANTS,
+    STATE_INVALID,
+    MonitorRecord,
+    MonitorStatus,
+    ReceiverStatus,
+    error_code,
+    token,
+)
+from lifecycles.machines.core import Changes, Lease, Lifecycle, effect, guard
+
+CODE = "terminal_processing_monitor."
+STATUS_SCHEMA = "blun.cms-terminal-receiver-status-response.v1"
+
+TABLE: list[dict[str, Any]] = [
+    {"trigger": "claim", "source": ["pending", "watching", "retry_wait"], "dest": "leased",
+     "conditions": ["poll_is_due", "failures_remain"], "after": "grant_lease"},
+    {"trigger": "expire_lease", "source": "leased", "dest": "retry_wait",
+     "conditions": ["lease_has_expired", "another_failure_allowed"],
+     "after": "count_expired_lease"},
+    {"trigger": "expire_lease", "source": "leased", "dest": "failed",
+     "conditions": ["lease_has_expired"], "unless": ["another_failure_allowed"],
+     "after": "count_expired_lease"},
+    {"trigger": "observe_progress", "source": "leased", "dest": "watching",
+     "conditions": ["lease_is_held", "lease_is_live"], "after": "record_progress"},
+    {"trigger": "observe_success", "source": "leased", "dest": "succeeded",
+     "conditions": ["lease_is_held", "lease_is_live"], "after": "record_success"},
+    {"trigger": "observe_failure", "source": "leased", "dest": "failed",
+     "conditions": ["lease_is_held", "lease_is_live"], "after": "record_remote_failure"},
+    {"trigger": "fail_attempt", "source": "leased", "dest": "retry_wait",
+     "conditions": ["lease_is_held", "lease_is_live", "retry_is_allowed"],
+     "after": "schedule_retry"},
+    {"trigger": "fail_attempt", "source": "leased", "dest": "failed",
+     "conditions": ["lease_is_held", "lease_is_live"], "unless": ["retry_is_allowed"],
+     "after": "record_final_failure"},
+]
+
+
+# --- inputs: everything a transition needs from outside, passed in ----------
+
+
+@attrs.frozen
+class RetryPolicy:
+    """The monitor's timing: poll interval while watching, and the backoff bounds."""
+
+    poll_interval_seconds: float = 30.0
+    base_delay_seconds: float = 5.0
+    max_delay_seconds: float = 300.0
+
+
+@attrs.frozen
+class ReceiverAnswer:
+    """A receiver status response that passed :func:`parse_answer`."""
+
+    processing_status: ReceiverStatus
+    attempts: int
+    max_attempts: int
+    next_attempt_at: float
+    lease_expires_at: float | None
+    lease_expired: bool
+    last_error_code: str | None
+    processed_at: float | None
+
+
+@attrs.frozen
+class MonitorInputs:
+    """What one transition of the monitor reads besides the record."""
+
+    now: float
+    policy: RetryPolicy = RetryPolicy()
+    worker_id: str | None = None
+    lease_token: str | None = None
+    lease_seconds: float = 600.0
+    answer: ReceiverAnswer | None = None
+    error_code: str | None = None
+    retryable: bool = False
+
+
+# --- logic beside the table --------------------------------------------------
+
+
+def retry_delay(policy: RetryPolicy, failures: int) -> float:
+    """Backoff before retry number ``failures``: min(max_delay, base_delay * 2^(failures-1))."""
+    delay: float = policy.base_delay_seconds * 2 ** max(0, failures - 1)
+    return min(policy.max_delay_seconds, delay)
+
+
+TRIGGER_FOR_RECEIVER_STATUS: Mapping[ReceiverStatus, str] = {
+    ReceiverStatus.SUCCEEDED: "observe_success",
+    ReceiverStatus.FAILED: "observe_failure",
+    ReceiverStatus.PENDING: "observe_progress",
+    ReceiverStatus.LEASED: "observe_progress",
+    ReceiverStatus.RETRY_WAIT: "observe_progress",
+}
+
+
+def trigger_for_answer(answer: ReceiverAnswer) -> str:
+    """succeeded -> observe_success; failed -> observe_failure; otherwise observe_progress."""
+    return TRIGGER_FOR_RECEIVER_STATUS[answer.processing_status]
+
+
+ANSWER_FIELDS = frozenset(
+    {
+        "schema", "notification_id", "event_id", "site_id", "terminal_status",
+        "notification_sha256", "processing_status", "attempts", "max_attempts",
+        "next_attempt_at", "lease_expires_at", "lease_expired", "last_error_code",
+        "processed_at", "capabilities_sha256",
+    }
+)
+
+
+def parse_answer(
+    response: object, record: MonitorRecord, capabilities_sha256: str
+) -> ReceiverAnswer | None:
+    """The receiver's answer about ``record``, or ``None`` when it cannot be trusted.
+
+    It must be exactly the status schema, about this very notification, under the
+    expected capabilities, with consistent receiver fields. Whether the row it
+    produces is valid is decided afterwards by the invariants, not here.
+    """
+    if not isinstance(response, Mapping):
+        return None
+    value = dict(response)
+    if set(value) != ANSWER_FIELDS or value["schema"] != STATUS_SCHEMA:
+        return None
+    if any(value[name] != getattr(record, name) for name in (
+        "notification_id", "event_id", "site_id", "terminal_status", "notification_sha256",
+    )):
+        return None
+    if value["capabilities_sha256"] != capabilities_sha256:
+        return None
+    remote, attempts, maximum = (
+        value["processing_status"], value["attempts"], value["max_attempts"]
+    )
+    lease_expires_at, processed_at = value["lease_expires_at"], value["processed_at"]
+    error, expired = value["last_error_code"], value["lease_expired"]
+    consistent = (
+        isinstance(remote, str)
+        and remote in set(ReceiverStatus)
+        and is_integer(attempts)
+        and is_integer(maximum)
+        and 0 <= attempts <= maximum <= 20
+        and maximum >= 1
+        and is_time(value["next_attempt_at"])
+        and (lease_expires_at is None or is_time(lease_expires_at))
+        and isinstance(expired, bool)
+        and (error is None or (isinstance(error, str) and error_code.check(error)))
+        and (processed_at is None or is_time(processed_at))
+        and (remote == ReceiverStatus.LEASED) == (lease_expires_at is not None)
+        and (remote == ReceiverStatus.SUCCEEDED) == (processed_at is not None)
+        and (error is None or remote in (ReceiverStatus.RETRY_WAIT, ReceiverStatus.FAILED))
+        and (not expired or remote == ReceiverStatus.LEASED)
+    )
+    if not consistent:
+        return None
+    return ReceiverAnswer(
+        processing_status=ReceiverStatus(remote),
+        attempts=attempts,
+        max_attempts=maximum,
+        next_attempt_at=value["next_attempt_at"],
+        lease_expires_at=lease_expires_at,
+        lease_expired=expired,
+        last_error_code=error,
+        processed_at=processed_at,
+    )
+
+
+def reader_error_code(error: BaseException) -> tuple[str, bool]:
+    """The error code and retryability a failed read is recorded with.
+
+    An error carrying a valid ``code`` keeps it; it is retryable only when it says
+    both ``cms_notification_failure is True`` and ``retryable is True``. Anything else
+    is a final ``reader_failure``.
+    """
+    code = getattr(error, "code", None)
+    if not (isinstance(code, str) and error_code.check(code)):
+        return CODE + "reader_failure", False
+    retryable = (
+        getattr(error, "cms_notification_failure", False) is True
+        and getattr(error, "retryable", None) is True
+    )
+    return code, retryable
+
+
+def new_record(
+    *,
+    event_id: str,
+    notification_id: str,
+    site_id: str,
+    terminal_status: str,
+    notification_sha256: str,
+    max_failures: int,
+    now: float,
+) -> MonitorRecord:
+    """The record ``register`` creates: pending, due now, nothing attempted."""
+    return MonitorRecord(
+        event_id=event_id, notification_id=notification_id, site_id=site_id,
+        terminal_status=terminal_status, notification_sha256=notification_sha256,
+        status=MonitorStatus.PENDING, poll_attempts=0, failures=0,
+        max_failures=max_failures, next_poll_at=now, lease_owner=None, lease_token=None,
+        lease_expires_at=None, last_error_code=None, receiver_status=None,
+        receiver_attempts=None, receiver_max_attempts=None, receiver_next_attempt_at=None,
+        receiver_lease_expires_at=None, receiver_lease_expired=None,
+        receiver_error_code=None, receiver_processed_at=None, created_at=now, updated_at=now,
+    )
+
+
+# --- guards ------------------------------------------------------------------
+
+Record = MonitorRecord
+Inputs = MonitorInputs
+
+
+@guard(refusal_code=CODE + "claim_lost")
+def poll_is_due(r: Record, i: Inputs) -> bool:
+    """The item's next poll time has come: next_poll_at <= now."""
+    return r.next_poll_at <= i.now
+
+
+@guard(refusal_code=CODE + "claim_lost")
+def failures_remain(r: Record, i: Inputs) -> bool:
+    """The item has failed fewer times than its max_failures."""
+    return r.failures < r.max_failures
+
+
+@guard(refusal_code=CODE + "claim_lost")
+def lease_has_expired(r: Record, i: Inputs) -> bool:
+    """The lease's expiry has passed: lease_expires_at <= now."""
+    return r.lease_expires_at is not None and r.lease_expires_at <= i.now
+
+
+@guard(refusal_code=CODE + "claim_lost")
+def another_failure_allowed(r: Record, i: Inputs) -> bool:
+    """Counting one more failure stays below max_failures: failures + 1 < max_failures."""
+    return r.failures + 1 < r.max_failures
+
+
+@guard(refusal_code=CODE + "claim_lost")
+def lease_is_held(r: Record, i: Inputs) -> bool:
+    """The caller holds this lease: same owner and same lease token."""
+    return r.lease_owner == i.worker_id and r.lease_token == i.lease_token
+
+
+@guard(refusal_code=CODE + "lease_expired")
+def lease_is_live(r: Record, i: Inputs) -> bool:
+    """The lease has not expired: now < lease_expires_at."""
+    return r.lease_expires_at is not None and i.now < r.lease_expires_at
+
+
+@guard(refusal_code=CODE + "claim_lost")
+def retry_is_allowed(r: Record, i: Inputs) -> bool:
+    """The failure is retryable and failures + 1 < max_failures."""
+    return i.retryable and r.failures + 1 < r.max_failures
+
+
+# --- effects -----------------------------------------------------------------
+
+LEASE_CLEARED = {"lease_owner": None, "lease_token": None, "lease_expires_at": None}
+
+
+@effect("poll_attempts", "lease_owner", "lease_token", "lease_expires_at",
+        "last_error_code", "updated_at")
+def grant_lease(r: Record, i: Inputs) -> Changes:
+    """Count a poll attempt and lease the item to the worker until now + lease_seconds."""
+    return {
+        "poll_attempts": r.poll_attempts + 1,
+        "lease_owner": i.worker_id,
+        "lease_token": i.lease_token,
+        "lease_expires_at": i.now + i.lease_seconds,
+        "last_error_code": None,
+        "updated_at": i.now,
+    }
+
+
+@effect("failures", "next_poll_at", "lease_owner", "lease_token", "lease_expires_at",
+        "last_error_code", "updated_at")
+def count_expired_lease(r: Record, i: Inputs) -> Changes:
+    """Count a failure (lease_expired), drop the lease, make the item due now."""
+    return {
+        **LEASE_CLEARED,
+        "failures": r.failures + 1,
+        "next_poll_at": i.now,
+        "last_error_code": CODE + "lease_expired",
+        "updated_at": i.now,
+    }
+
+
+RECEIVER_FIELDS = (
+    "receiver_status", "receiver_attempts", "receiver_max_attempts",
+    "receiver_next_attempt_at", "receiver_lease_expires_at", "receiver_lease_expired",
+    "receiver_error_code", "receiver_processed_at",
+)
+ANSWER_WRITES = (
+    "failures", "next_poll_at", "lease_owner", "lease_token", "lease_expires_at",
+    "last_error_code", *RECEIVER_FIELDS, "updated_at",
+)
+
+
+def _answer_changes(i: Inputs, next_poll_at: float, local_error: str | None) -> dict[str, Any]:
+    answer = i.answer
+    if answer is None:
+        raise ValueError("an observe_* trigger needs the receiver's answer")
+    return {
+        **LEASE_CLEARED,
+        "failures": 0,
+        "next_poll_at": next_poll_at,
+        "last_error_code": local_error,
+        "receiver_status": answer.processing_status.value,
+        "receiver_attempts": answer.attempts,
+        "receiver_max_attempts": answer.max_attempts,
+        "receiver_next_attempt_at": answer.next_attempt_at,
+        "receiver_lease_expires_at": answer.lease_expires_at,
+        "receiver_lease_expired": int(answer.lease_expired),
+        "receiver_error_code": answer.last_error_code,
+        "receiver_processed_at": answer.processed_at,
+        "updated_at": i.now,
+    }
+
+
+@effect(*ANSWER_WRITES)
+def record_progress(r: Record, i: Inputs) -> Changes:
+    """Store the receiver's answer, reset failures, poll again after poll_interval."""
+    return _answer_changes(i, i.now + i.policy.poll_interval_seconds, None)
+
+
+@effect(*ANSWER_WRITES)
+def record_success(r: Record, i: Inputs) -> Changes:
+    """Store the receiver's answer and reset failures; nothing is left to poll."""
+    return _answer_changes(i, i.now, None)
+
+
+@effect(*ANSWER_WRITES)
+def record_remote_failure(r: Record, i: Inputs) -> Changes:
+    """Store the receiver's answer with local error remote_failed; nothing is left to poll."""
+    return _answer_changes(i, i.now, CODE + "remote_failed")
+
+
+FAILURE_WRITES = (
+    "failures", "next_poll_at", "lease_owner", "lease_token", "lease_expires_at",
+    "last_error_code", "updated_at",
+)
+
+
+@effect(*FAILURE_WRITES)
+def schedule_retry(r: Record, i: Inputs) -> Changes:
+    """Count a failure with its error code; retry after retry_delay(failures)."""
+    failures = r.failures + 1
+    return {
+        **LEASE_CLEARED,
+        "failures": failures,
+        "next_poll_at": i.now + retry_delay(i.policy, failures),
+        "last_error_code": i.error_code,
+        "updated_at": i.now,
+    }
+
+
+@effect(*FAILURE_WRITES)
+def record_final_failure(r: Record, i: Inputs) -> Changes:
+    """Count a failure with its error code; the item is finished."""
+    return {
+        **LEASE_CLEARED,
+        "failures": r.failures + 1,
+        "next_poll_at": i.now,
+        "last_error_code": i.error_code,
+        "updated_at": i.now,
+    }
+
+
+MONITOR: Lifecycle[MonitorRecord, MonitorInputs] = Lifecycle(
+    name="monitor",
+    description=(
+        "Observe a CMS receiver's processing of one terminal notification, with leases, "
+        "bounded failures and exponential backoff."
+    ),
+    statuses=MonitorStatus,
+    table=TABLE,
+    initial=MonitorStatus.PENDING,
+    final=[MonitorStatus.SUCCEEDED, MonitorStatus.FAILED],
+    creation="register",
+    guards=[
+        poll_is_due, failures_remain, lease_has_expired, another_failure_allowed,
+        lease_is_held, lease_is_live, retry_is_allowed,
+    ],
+    effects=[
+        grant_lease, count_expired_lease, record_progress, record_success,
+        record_remote_failure, schedule_retry, record_final_failure,
+    ],
+    invariants=MONITOR_INVARIANTS,
+    record_type=MonitorRecord,
+    key_field="event_id",
+    not_allowed_code=CODE + "claim_lost",
+    lease=Lease(
+        trigger="claim",
+        token_field="lease_token",
+        expires_field="lease_expires_at",
+        due_field="next_poll_at",
+        order_by=("created_at", "event_id"),
+        expiry_trigger="expire_lease",
+    ),
+    status_meanings={
+        "pending": "Registered; due for its first poll.",
+        "leased": "A worker holds the lease and is reading the receiver's status.",
+        "watching": "The receiver has not finished; polled again after the poll interval.",
+        "retry_wait": "The last attempt failed; retried after the backoff delay.",
+        "succeeded": "The receiver reported success. Final.",
+        "failed": "The receiver reported failure, or failures ran out. Final.",
+    },
+    beside_the_table=[retry_delay, trigger_for_answer, reader_error_code],
+)
+
+__all__ = [
+    "MONITOR", "STATE_INVALID", "TABLE", "MonitorInputs", "MonitorRecord", "MonitorStatus",
+    "ReceiverAnswer", "ReceiverStatus", "RetryPolicy", "new_record", "parse_answer",
+    "reader_error_code", "retry_delay", "token", "trigger_for_answer",
+]

@@ -1,0 +1,1 @@
+"""Where records live: an in-memory reference store, SQLite, files and PostgreSQL."""

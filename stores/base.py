@@ -1,0 +1,162 @@
+"""The store contract: what every place records live must guarantee.
+
+A store holds the records of one lifecycle, keyed by the lifecycle's key field.
+Stores do I/O and nothing else: which status may follow which, what a transition
+writes and what a valid record is all come from the lifecycle, never from here.
+
+Guarantees every implementation documents and the conformance suite checks:
+
+* **Atomicity.** Everything inside one :meth:`Store.transaction` commits together
+  or not at all; a reader never sees half of it. Transactions on one store are
+  serialisable with respect to each other (SQLite ``BEGIN IMMEDIATE``, PostgreSQL
+  row locks, the files store's ``flock``).
+* **Durability.** When a transaction's ``with`` block exits normally, what it
+  wrote is durable to the degree the store states in its own docstring (the memory
+  store: not at all).
+* **Validation.** Every record returned by a read has passed its field rules and
+  every invariant; a stored record that does not raises
+  :class:`~lifecycles.invariants.InvariantViolation` with the lifecycle's code.
+  Every write checks the invariants first and writes nothing if one fails.
+* **Compare-and-set.** :meth:`Store.write` changes a record only if it still has
+  the status and lease token the caller read; otherwise it raises
+  :class:`StaleRecord` and changes nothing. A worker whose lease was taken over can
+  never overwrite the new owner.
+* **Idempotent creation.** :meth:`Store.insert` of a key that exists writes nothing
+  and returns what is stored, so the caller decides whether that is a repeat or a
+  collision.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import Any, Generic, TypeVar
+
+import attrs
+
+from lifecycles.invariants.core import build_record
+from lifecycles.machines.core import Lifecycle, LifecycleError, Row
+
+R = TypeVar("R")
+I = TypeVar("I")  # noqa: E741
+
+
+class StoreError(LifecycleError):
+    """Base of store failures."""
+
+    code = "lifecycles.store_error"
+
+
+class StaleRecord(StoreError):
+    """A compare-and-set write found the record changed since it was read."""
+
+    code = "lifecycles.stale_record"
+
+
+class NotLeasable(StoreError):
+    """Raised when a lease operation is asked of a lifecycle that declares no lease."""
+
+    code = "lifecycles.not_leasable"
+
+
+class Store(ABC, Generic[R]):
+    """Records of one lifecycle. Subclasses implement the abstract primitives;
+    the transition helpers below are written once on top of them."""
+
+    lifecycle: Lifecycle[R, Any]
+
+    # -- primitives ----------------------------------------------------------------
+
+    @abstractmethod
+    def transaction(self) -> AbstractContextManager[None]:
+        """One atomic, serialisable unit of reads and writes (see the module docstring)."""
+
+    @abstractmethod
+    def get(self, key: str) -> R | None:
+        """The validated record under ``key``, or ``None``."""
+
+    @abstractmethod
+    def insert(self, record: R) -> R:
+        """Store a new record, or return the existing one under its key unchanged."""
+
+    @abstractmethod
+    def write(self, before: R, after: R, row: Row) -> None:
+        """Compare-and-set: replace ``before`` by ``after``, writing only ``row``'s fields.
+
+        Matches on key, ``before``'s status and (for leased lifecycles) its lease
+        token; raises :class:`StaleRecord` and changes nothing otherwise.
+        """
+
+    @abstractmethod
+    def next_due(self, now: float) -> R | None:
+        """The claimable record that is due at ``now`` and first in the lease order."""
+
+    @abstractmethod
+    def expired_leases(self, now: float) -> list[R]:
+        """Leased records whose lease has expired at ``now``."""
+
+    @abstractmethod
+    def count_by_status(self) -> dict[str, int]:
+        """How many records hold each declared status (zero included)."""
+
+    @abstractmethod
+    def count_due(self, now: float) -> int:
+        """Claimable records that are due at ``now``."""
+
+    @abstractmethod
+    def count_expired(self, now: float) -> int:
+        """Leased records whose lease has expired at ``now``."""
+
+    @abstractmethod
+    def scan(self) -> Iterator[R]:
+        """Every record in key order, each validated; streams rather than loading all."""
+
+    # -- written once on the primitives -------------------------------------------
+
+    def admit(self, values: Mapping[str, Any]) -> R:
+        """Turn stored values into a record: field rules, then every invariant."""
+        record = build_record(self.lifecycle.record_type, values, self.lifecycle.invariants.code)
+        return self.lifecycle.check(record)
+
+    def fire(self, record: R, trigger: str, inputs: Any) -> R:
+        """Fire ``trigger`` on ``record`` (already read in this transaction) and write it."""
+        row = self.lifecycle.select_row(trigger, record, inputs)
+        after = self.lifecycle.apply_row(row, record, inputs)
+        self.write(record, after, row)
+        return after
+
+    def recover_expired(self, inputs: Any) -> list[R]:
+        """Fire the lease-expiry trigger on every expired lease; returns the new records."""
+        lease = self._lease()
+        return [
+            self.fire(record, lease.expiry_trigger, inputs)
+            for record in self.expired_leases(inputs.now)
+        ]
+
+    def claim(self, inputs: Any) -> R | None:
+        """In one transaction: recover expired leases, then lease the first due record."""
+        lease = self._lease()
+        with self.transaction():
+            self.recover_expired(inputs)
+            candidate = self.next_due(inputs.now)
+            if candidate is None:
+                return None
+            return self.fire(candidate, lease.trigger, inputs)
+
+    def _lease(self) -> Any:
+        if self.lifecycle.lease is None:
+            raise NotLeasable(f"{self.lifecycle.name} declares no lease")
+        return self.lifecycle.lease
+
+    def token_of(self, record: R) -> object:
+        """The record's lease token (``None`` for lifecycles without leases)."""
+        lease = self.lifecycle.lease
+        return getattr(record, lease.token_field) if lease else None
+
+    def values_of(self, record: R) -> dict[str, Any]:
+        """The record as a field -> value mapping, statuses as plain strings."""
+        values = attrs.asdict(record, recurse=False)  # type: ignore[arg-type]
+        status = values[self.lifecycle.status_field]
+        values[self.lifecycle.status_field] = str(status)
+        return values

@@ -1,0 +1,98 @@
+"""The in-memory reference store: the contract in a few lines, durable never.
+
+Every real store is compared against this one by the conformance suite, so it
+favours obviousness over speed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.stores.base import StaleRecord, Store
+
+R = TypeVar("R")
+
+
+class MemoryStore(Store[R]):
+    """Records in a dict. A transaction holds a lock and restores a snapshot on error."""
+
+    def __init__(self, lifecycle: Lifecycle[R, Any]) -> None:
+        self.lifecycle = lifecycle
+        self._records: dict[str, R] = {}
+        self._lock = threading.RLock()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._lock:
+            snapshot = dict(self._records)
+            try:
+                yield
+            except BaseException:
+                self._records = snapshot
+                raise
+
+    def get(self, key: str) -> R | None:
+        record = self._records.get(key)
+        return None if record is None else self.lifecycle.check(record)
+
+    def insert(self, record: R) -> R:
+        with self.transaction():
+            key = self.lifecycle.key_of(record)
+            existing = self._records.get(key)
+            if existing is not None:
+                return existing
+            self._records[key] = self.lifecycle.check(record)
+            return record
+
+    def write(self, before: R, after: R, row: Row) -> None:
+        key = self.lifecycle.key_of(before)
+        with self.transaction():
+            current = self._records.get(key)
+            if (
+                current is None
+                or self.lifecycle.status_of(current) != self.lifecycle.status_of(before)
+                or self.token_of(current) != self.token_of(before)
+            ):
+                raise StaleRecord(f"{key} changed since it was read")
+            self._records[key] = self.lifecycle.check(after)
+
+    def _due(self, now: float) -> list[R]:
+        lease = self._lease()
+        claimable = self.lifecycle.claimable
+        return [
+            r for r in self._records.values()
+            if self.lifecycle.status_of(r) in claimable and getattr(r, lease.due_field) <= now
+        ]
+
+    def next_due(self, now: float) -> R | None:
+        lease = self._lease()
+        due = sorted(self._due(now), key=lambda r: [getattr(r, f) for f in lease.order_by])
+        return self.lifecycle.check(due[0]) if due else None
+
+    def expired_leases(self, now: float) -> list[R]:
+        lease = self._lease()
+        return [
+            self.lifecycle.check(r) for r in self._records.values()
+            if self.lifecycle.status_of(r) == self.lifecycle.leased
+            and getattr(r, lease.expires_field) <= now
+        ]
+
+    def count_by_status(self) -> dict[str, int]:
+        counts = {status.value: 0 for status in self.lifecycle.statuses}
+        for record in self._records.values():
+            counts[str(self.lifecycle.status_of(record))] += 1
+        return counts
+
+    def count_due(self, now: float) -> int:
+        return len(self._due(now))
+
+    def count_expired(self, now: float) -> int:
+        return len(self.expired_leases(now))
+
+    def scan(self) -> Iterator[R]:
+        for key in sorted(self._records):
+            yield self.lifecycle.check(self._records[key])
