@@ -75,10 +75,14 @@ def check_effects_write_record_fields(lifecycle: AnyLifecycle) -> None:
 
 
 def check_no_exit_from_final(lifecycle: AnyLifecycle) -> None:
-    """No row leaves a final status."""
+    """No row leaves a final status (an effect-free self-loop, a pure no-op, is not leaving)."""
     final = {status.value for status in lifecycle.final}
     leaving = sorted(
-        {f"{r.trigger}: {r.source} -> {r.dest}" for r in lifecycle.rows if r.source in final}
+        {
+            f"{r.trigger}: {r.source} -> {r.dest}"
+            for r in lifecycle.rows
+            if r.source in final and not (r.dest == r.source and r.effect is None)
+        }
     )
     if leaving:
         raise DefinitionError("no_exit_from_final", f"rows leave final statuses: {leaving}")
