@@ -36,7 +36,7 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from lifecycles.invariants.core import build_record
-from lifecycles.machines.core import Lifecycle, LifecycleError, Row
+from lifecycles.machines.core import Lifecycle, LifecycleError, Row, TransitionRefused
 
 R = TypeVar("R")
 I = TypeVar("I")  # noqa: E741
@@ -89,8 +89,12 @@ class Store(ABC, Generic[R]):
         """
 
     @abstractmethod
-    def next_due(self, now: float) -> R | None:
-        """The claimable record that is due at ``now`` and first in the lease order."""
+    def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None:
+        """The claimable record due at ``now`` that is first in the lease order.
+
+        Keys in ``exclude`` are passed over: :meth:`claim` uses it to skip a due
+        record whose claim guards refuse, instead of letting it block the queue.
+        """
 
     @abstractmethod
     def expired_leases(self, now: float) -> list[R]:
@@ -135,14 +139,29 @@ class Store(ABC, Generic[R]):
         ]
 
     def claim(self, inputs: Any) -> R | None:
-        """In one transaction: recover expired leases, then lease the first due record."""
+        """In one transaction: recover expired leases, then lease the first due record.
+
+        A due record whose claim guards refuse (say, failures already spent) is
+        passed over, never claimed and never allowed to block the records behind it.
+        """
         lease = self._lease()
         with self.transaction():
             self.recover_expired(inputs)
-            candidate = self.next_due(inputs.now)
-            if candidate is None:
-                return None
-            return self.fire(candidate, lease.trigger, inputs)
+            passed_over: set[str] = set()
+            while (candidate := self.next_due(inputs.now, frozenset(passed_over))) is not None:
+                try:
+                    row = self.lifecycle.select_row(lease.trigger, candidate, inputs)
+                except TransitionRefused:
+                    passed_over.add(self.lifecycle.key_of(candidate))
+                    continue
+                after = self.lifecycle.apply_row(row, candidate, inputs)
+                self.write(candidate, after, row)
+                return after
+            return None
+
+    def integrity_problems(self) -> list[str]:
+        """Problems the storage engine itself reports (SQLite ``quick_check``); none by default."""
+        return []
 
     def _lease(self) -> Any:
         if self.lifecycle.lease is None:

@@ -68,9 +68,12 @@ class MemoryStore(Store[R]):
             if self.lifecycle.status_of(r) in claimable and getattr(r, lease.due_field) <= now
         ]
 
-    def next_due(self, now: float) -> R | None:
+    def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None:
         lease = self._lease()
-        due = sorted(self._due(now), key=lambda r: [getattr(r, f) for f in lease.order_by])
+        due = sorted(
+            (r for r in self._due(now) if self.lifecycle.key_of(r) not in exclude),
+            key=lambda r: [getattr(r, f) for f in lease.order_by],
+        )
         return self.lifecycle.check(due[0]) if due else None
 
     def expired_leases(self, now: float) -> list[R]:
