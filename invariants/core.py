@@ -62,11 +62,15 @@ def is_time(value: object) -> bool:
 
 @attrs.frozen(repr=False)
 class FieldRule:
-    """An attrs validator with a name: ``check(value)`` decides, the name explains."""
+    """An attrs validator with a name: ``check(value)`` decides, the name explains.
+
+    ``meaning`` says in words what the rule demands (auditor pages show it).
+    """
 
     name: str
     check: Callable[[Any], bool]
     optional: bool = False
+    meaning: str = ""
 
     def __call__(self, instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value is None and self.optional:
@@ -85,28 +89,37 @@ class FieldRule:
 def matches(name: str, pattern: str) -> FieldRule:
     """A string fully matching ``pattern``."""
     compiled = re.compile(pattern)
-    return FieldRule(name, lambda v: isinstance(v, str) and compiled.fullmatch(v) is not None)
+    return FieldRule(
+        name,
+        lambda v: isinstance(v, str) and compiled.fullmatch(v) is not None,
+        meaning=f"a string fully matching {pattern}",
+    )
 
 
 def one_of(name: str, allowed: Iterable[object]) -> FieldRule:
     """A value from a fixed set."""
     choices = frozenset(allowed)
-    return FieldRule(name, lambda v: _hashable(v) and v in choices)
+    listed = ", ".join(sorted(str(choice) for choice in choices))
+    return FieldRule(name, lambda v: _hashable(v) and v in choices, meaning=f"one of: {listed}")
 
 
 def integer_between(name: str, low: int, high: int) -> FieldRule:
     """An integer (not a bool) within ``[low, high]``."""
-    return FieldRule(name, lambda v: is_integer(v) and low <= v <= high)
+    return FieldRule(
+        name,
+        lambda v: is_integer(v) and low <= v <= high,
+        meaning=f"an integer from {low} to {high}",
+    )
 
 
 def non_negative_integer(name: str) -> FieldRule:
     """An integer (not a bool) of at least zero."""
-    return FieldRule(name, lambda v: is_integer(v) and v >= 0)
+    return FieldRule(name, lambda v: is_integer(v) and v >= 0, meaning="an integer >= 0")
 
 
 def finite_time(name: str) -> FieldRule:
     """A finite, non-negative number of seconds."""
-    return FieldRule(name, is_time)
+    return FieldRule(name, is_time, meaning="a finite number of seconds >= 0")
 
 
 def _hashable(value: object) -> bool:
