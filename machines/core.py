@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 from transitions import Machine, MachineError
@@ -169,6 +171,19 @@ class Lease:
     expiry_trigger: str
 
 
+class TransitionObserver(Protocol):
+    """Sees every firing of a lifecycle it observes (coverage, tracing); must not change it.
+
+    ``attempted`` is called when a trigger is tried on a record, before any guard
+    runs; ``fired`` when a row's new record has passed every invariant.
+    """
+
+    def attempted(self, lifecycle: Lifecycle[Any, Any], trigger: str, record: Any,
+                  inputs: Any) -> None: ...
+
+    def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None: ...
+
+
 # --- the engine --------------------------------------------------------------
 
 
@@ -207,8 +222,14 @@ class Lifecycle(Generic[R, I]):
         description: str = "",
         status_meanings: Mapping[str, str] | None = None,
         beside_the_table: Sequence[Callable[..., Any]] = (),
+        module: str | None = None,
     ) -> None:
         from lifecycles.machines import checks  # the checks read the declaration
+
+        # The module that declares the table: where `lifecycles check` looks for the
+        # exploration inputs declared beside it (``<module>_inputs``).
+        self.module = module or str(sys._getframe(1).f_globals.get("__name__", ""))
+        self._observers: tuple[TransitionObserver, ...] = ()
 
         self.name = name
         self.statuses = statuses
@@ -297,8 +318,19 @@ class Lifecycle(Generic[R, I]):
         """Every invariant holds on ``record`` (returned unchanged) or it is refused."""
         return self.invariants.check(record)
 
+    @contextmanager
+    def observing(self, observer: TransitionObserver) -> Iterator[TransitionObserver]:
+        """Let ``observer`` see every attempt and firing until the block exits."""
+        self._observers = (*self._observers, observer)
+        try:
+            yield observer
+        finally:
+            self._observers = tuple(o for o in self._observers if o is not observer)
+
     def select_row(self, trigger: str, record: R, inputs: I) -> Row:
         """The row that ``trigger`` fires from ``record`` with ``inputs``, or refuse."""
+        for observer in self._observers:
+            observer.attempted(self, trigger, record, inputs)
         status = getattr(record, self.status_field)
         adapter = _Adapter(str(status), record, inputs)
         event = self.machine.events.get(trigger)
@@ -339,7 +371,10 @@ class Lifecycle(Generic[R, I]):
             new = attrs.evolve(record, **changes)  # type: ignore[misc]
         except FieldRuleViolation as error:
             raise InvariantViolation(self.invariants.code, [error.rule]) from error
-        return self.invariants.check(new)
+        self.invariants.check(new)
+        for observer in self._observers:
+            observer.fired(self, row, record, new)
+        return new
 
     def blocking_guard(self, trigger: str, record: R, inputs: I) -> str | None:
         """The first guard that blocks the first row of ``trigger`` out of ``record``'s status."""
