@@ -54,6 +54,12 @@ class StaleRecord(StoreError):
     code = "lifecycles.stale_record"
 
 
+class UniqueViolation(StoreError):
+    """An insert would duplicate a value the schema keeps unique (besides the key)."""
+
+    code = "lifecycles.unique_violation"
+
+
 class NotLeasable(StoreError):
     """Raised when a lease operation is asked of a lifecycle that declares no lease."""
 

@@ -1,0 +1,503 @@
+"""Drop-in replacement for the reference ``terminal_processing_monitor`` module.
+
+Same names, signatures, returned fields, exception type and ``code`` strings, and
+the same SQLite schema, so a database written by either opens and continues in the
+other. Underneath, every status change is a row of the monitor's transition table
+(``lifecycles.machines.monitor``), every record is checked against named
+invariants on read and before write, and writes are compare-and-set.
+
+One deliberate difference, the reference's known defect, is fixed: a receiver
+answer whose resulting record would break any invariant (for example
+``processing_status`` ``failed`` without an error code) fails the item with
+``terminal_processing_monitor.response_invalid`` instead of being stored and then
+blocking every later call with ``state_invalid``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import attrs
+
+from lifecycles.invariants.core import InvariantViolation, is_time
+from lifecycles.invariants.monitor import (
+    COLUMNS,
+    MonitorRecord,
+    MonitorStatus,
+    ReceiverStatus,
+)
+from lifecycles.invariants.monitor import (
+    TERMINAL_STATUSES as _TERMINAL_STATUSES,
+)
+from lifecycles.machines.core import TransitionRefused
+from lifecycles.machines.monitor import (
+    CODE,
+    MONITOR,
+    STATUS_SCHEMA,
+    MonitorInputs,
+    ReceiverAnswer,
+    RetryPolicy,
+    new_record,
+    parse_answer,
+    reader_error_code,
+    token,
+    trigger_for_answer,
+)
+from lifecycles.stores.base import StaleRecord, Store, StoreError, UniqueViolation
+from lifecycles.stores.sqlite import MonitorSchema, SQLiteStore
+
+SCHEMA_VERSION = MonitorSchema.VERSION
+NOTIFICATION_SCHEMA = "blun.cms-source-terminal-notification.v1"
+NOTIFICATION_FIELDS = {
+    "schema", "notification_id", "event_id", "site_id", "plan_id",
+    "website_version", "source_sequence", "job_count", "change_sha256",
+    "lifecycle_binding_sha256", "terminal_status", "lifecycle_sha256",
+}
+# Derived from the declarations, never listed again.
+STATUSES = tuple(status.value for status in MonitorStatus)
+REMOTE_STATUSES = tuple(status.value for status in ReceiverStatus)
+TERMINAL_STATUSES = set(_TERMINAL_STATUSES)
+_MAX_WORKER_ID = 128
+
+
+# --- errors --------------------------------------------------------------------
+
+
+class TerminalProcessingMonitorBlocked(RuntimeError):
+    """Stable, content-free processing-observation failure; match on ``code``.
+
+    ``TerminalProcessingMonitorBlocked(code)`` builds the base class, as before.
+    Raised errors are instances of a family subclass (``InputInvalid``,
+    ``StateInvalid``, ``LeaseLost``, ``StorageBlocked``) so callers can also catch
+    a family; :func:`blocked` maps a code to its family.
+    """
+
+    family_codes: ClassVar[frozenset[str]] = frozenset()
+    _by_code: ClassVar[dict[str, type[TerminalProcessingMonitorBlocked]]] = {}
+
+    def __init__(self, code: str):
+        super().__init__(code)
+        self.code = code
+
+    def __init_subclass__(cls, codes: frozenset[str] = frozenset(), **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.family_codes = frozenset(CODE + name for name in codes)
+        for code in cls.family_codes:
+            TerminalProcessingMonitorBlocked._by_code[code] = cls
+
+
+class InputInvalid(
+    TerminalProcessingMonitorBlocked,
+    codes=frozenset({
+        "capabilities_invalid", "poll_interval_invalid", "delay_invalid", "time_invalid",
+        "max_failures_invalid", "notification_invalid", "worker_invalid", "lease_invalid",
+        "reader_invalid", "event_invalid", "idempotency_collision", "missing",
+    }),
+):
+    """The caller's input was refused; nothing was changed."""
+
+
+class StateInvalid(TerminalProcessingMonitorBlocked, codes=frozenset({"state_invalid"})):
+    """A stored record breaks a named rule; ``rules`` names them."""
+
+    def __init__(self, code: str, rules: tuple[str, ...] = ()):
+        super().__init__(code)
+        self.rules = rules
+
+
+class LeaseLost(
+    TerminalProcessingMonitorBlocked,
+    codes=frozenset({"claim_lost", "lease_expired", "completion_lost", "failure_lost"}),
+):
+    """This worker no longer holds the lease it acted on; nothing was changed."""
+
+
+class StorageBlocked(
+    TerminalProcessingMonitorBlocked,
+    codes=frozenset({
+        "schema_altered", "legacy_unbound", "database_integrity", "transaction_nested",
+    }),
+):
+    """The database cannot be used as it is; nothing was changed."""
+
+
+def blocked(code: str, rules: tuple[str, ...] = ()) -> TerminalProcessingMonitorBlocked:
+    """The error for ``code``, as an instance of its family."""
+    family = TerminalProcessingMonitorBlocked._by_code.get(code, TerminalProcessingMonitorBlocked)
+    if family is StateInvalid:
+        return StateInvalid(code, rules)
+    return family(code)
+
+
+@contextmanager
+def _public_errors(lost: str = "claim_lost") -> Iterator[None]:
+    """Translate engine and store errors into the facade's one exception type."""
+    try:
+        yield
+    except InvariantViolation as error:
+        raise blocked(error.code, error.rules) from error
+    except (TransitionRefused, StoreError) as error:
+        code = CODE + lost if isinstance(error, StaleRecord) else error.code
+        raise blocked(code) from error
+
+
+@contextmanager
+def _unique_is_collision() -> Iterator[None]:
+    """Another event already holds this notification_id: a collision, not a crash."""
+    try:
+        yield
+    except UniqueViolation as error:
+        raise blocked(CODE + "idempotency_collision") from error
+
+
+# --- returned values -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TerminalProcessingStatus:
+    event_id: str
+    notification_id: str
+    site_id: str
+    notification_sha256: str
+    status: str
+    poll_attempts: int
+    failures: int
+    max_failures: int
+    next_poll_at: float
+    lease_expires_at: float | None
+    lease_expired: bool
+    last_error_code: str | None
+    receiver_status: str | None
+    receiver_attempts: int | None
+    receiver_max_attempts: int | None
+    receiver_error_code: str | None
+    receiver_processed_at: float | None
+
+
+@dataclass(frozen=True)
+class TerminalProcessingOutcome:
+    event_id: str
+    notification_id: str
+    status: str
+    attempt: int
+    error_code: str | None
+
+
+@dataclass(frozen=True)
+class TerminalProcessingHealth:
+    status: str
+    counts: dict[str, int]
+    due: int
+    expired_leases: int
+    failed: int
+    expected_capabilities_sha256: str
+
+
+class MonitorRow:
+    """What ``claim`` returns: behaves like the ``sqlite3.Row`` the reference returned.
+
+    Index by column name or position, ``keys()`` in column order, ``tuple(row)``
+    gives the values, ``dict(row)`` the mapping.
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self, record: MonitorRecord) -> None:
+        values = [getattr(record, name) for name in COLUMNS]
+        values[COLUMNS.index("status")] = str(record.status)
+        self._values = tuple(values)
+
+    def keys(self) -> list[str]:
+        return list(COLUMNS)
+
+    def __getitem__(self, key: str | int) -> Any:
+        if isinstance(key, str):
+            try:
+                return self._values[COLUMNS.index(key)]
+            except ValueError:
+                raise IndexError("No item with that key") from None
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MonitorRow) and self._values == other._values
+
+    def __hash__(self) -> int:
+        return hash(self._values)
+
+    def __repr__(self) -> str:
+        return f"<MonitorRow {self['event_id']} {self['status']}>"
+
+
+# --- input checks: each raises its stable code ---------------------------------
+
+
+def _time(value: Any) -> float:
+    if not is_time(value):
+        raise blocked(CODE + "time_invalid")
+    return float(value)
+
+
+def _duration(value: Any, code: str) -> float:
+    seconds = _time(value)
+    if not 0 < seconds <= 86_400:
+        raise blocked(CODE + code)
+    return seconds
+
+
+def canonical_sha256(value: Any) -> str:
+    """SHA-256 of the canonical JSON of ``value`` (sorted keys, no spaces, UTF-8)."""
+    try:
+        rendered = json.dumps(
+            value, ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+        )
+    except (TypeError, ValueError, RecursionError):
+        raise blocked(CODE + "notification_invalid") from None
+    return hashlib.sha256(rendered.encode("utf-8")).hexdigest()
+
+
+def new_lease_token() -> str:
+    """A fresh, unguessable lease token (the fencing token of one claim)."""
+    return secrets.token_urlsafe(32)
+
+
+def _open_store(connection: Any, capabilities_sha256: str) -> Store[MonitorRecord]:
+    if isinstance(connection, sqlite3.Connection):
+        return SQLiteStore(MONITOR, connection, MonitorSchema(MONITOR, capabilities_sha256))
+    if type(connection).__module__.startswith("psycopg"):
+        from lifecycles.stores.postgres import open_monitor_store  # optional extra
+
+        return open_monitor_store(connection, capabilities_sha256)
+    raise TypeError("connection must be sqlite3.Connection")
+
+
+class DurableTerminalProcessingMonitor:
+    """Poll exact receiver status with durable leases and bounded failures."""
+
+    def __init__(
+        self,
+        connection: Any,
+        expected_capabilities_sha256: str,
+        *,
+        poll_interval_seconds: float | int = 30,
+        base_delay_seconds: float | int = 5,
+        max_delay_seconds: float | int = 300,
+    ):
+        if not isinstance(connection, sqlite3.Connection) and not type(
+            connection
+        ).__module__.startswith("psycopg"):
+            raise TypeError("connection must be sqlite3.Connection")
+        self.connection = connection
+        if isinstance(connection, sqlite3.Connection):
+            connection.row_factory = sqlite3.Row  # the reference set it; callers may rely on it
+        if not (isinstance(expected_capabilities_sha256, str) and len(
+            expected_capabilities_sha256
+        ) == 64 and all(c in "0123456789abcdef" for c in expected_capabilities_sha256)):
+            raise blocked(CODE + "capabilities_invalid")
+        self.expected_capabilities_sha256 = expected_capabilities_sha256
+        self.poll_interval_seconds = _duration(poll_interval_seconds, "poll_interval_invalid")
+        self.base_delay_seconds = _duration(base_delay_seconds, "delay_invalid")
+        self.max_delay_seconds = _duration(max_delay_seconds, "delay_invalid")
+        if self.base_delay_seconds > self.max_delay_seconds:
+            raise blocked(CODE + "delay_invalid")
+        self.policy = RetryPolicy(
+            self.poll_interval_seconds, self.base_delay_seconds, self.max_delay_seconds
+        )
+        with _public_errors():
+            self.store = _open_store(connection, expected_capabilities_sha256)
+
+    # -- registering ------------------------------------------------------------
+
+    def register(
+        self,
+        notification: Mapping[str, Any],
+        notification_sha256: str,
+        *,
+        max_failures: int = 5,
+        now: float | int,
+    ) -> TerminalProcessingStatus:
+        moment = _time(now)
+        if isinstance(max_failures, bool) or not isinstance(max_failures, int) or not (
+            1 <= max_failures <= 20
+        ):
+            raise blocked(CODE + "max_failures_invalid")
+        record = self._notification_record(notification, notification_sha256, max_failures, moment)
+        with _public_errors(), _unique_is_collision():
+            stored = self.store.insert(MONITOR.create(record))
+        identity = ("notification_id", "site_id", "terminal_status", "notification_sha256",
+                    "max_failures")
+        if any(getattr(stored, name) != getattr(record, name) for name in identity):
+            raise blocked(CODE + "idempotency_collision")
+        return self.status(record.event_id, now=moment)
+
+    @staticmethod
+    def _notification_record(
+        notification: Any, notification_sha256: Any, max_failures: int, now: float
+    ) -> MonitorRecord:
+        invalid = blocked(CODE + "notification_invalid")
+        try:
+            fields = {name: notification[name] for name in (
+                "event_id", "notification_id", "site_id", "terminal_status"
+            )}
+        except (KeyError, TypeError):
+            raise invalid from None
+        if (
+            not isinstance(notification, Mapping)
+            or set(notification) != NOTIFICATION_FIELDS
+            or notification.get("schema") != NOTIFICATION_SCHEMA
+            or not all(token.check(fields[n]) for n in ("event_id", "notification_id", "site_id"))
+            or fields["terminal_status"] not in TERMINAL_STATUSES
+            or not (isinstance(notification_sha256, str) and len(notification_sha256) == 64)
+            or canonical_sha256(notification) != notification_sha256
+        ):
+            raise invalid
+        return new_record(
+            **fields, notification_sha256=notification_sha256, max_failures=max_failures, now=now
+        )
+
+    # -- leasing and polling -----------------------------------------------------
+
+    def claim(
+        self,
+        worker_id: str,
+        *,
+        now: float | int,
+        lease_seconds: float | int = 600,
+    ) -> MonitorRow | None:
+        record = self._claim(worker_id, now, lease_seconds)
+        return None if record is None else MonitorRow(record)
+
+    def _claim(self, worker_id: Any, now: Any, lease_seconds: Any) -> MonitorRecord | None:
+        if not token.check(worker_id) or len(worker_id) > _MAX_WORKER_ID:
+            raise blocked(CODE + "worker_invalid")
+        moment = _time(now)
+        seconds = _duration(lease_seconds, "lease_invalid")
+        inputs = MonitorInputs(
+            now=moment, policy=self.policy, worker_id=worker_id,
+            lease_token=new_lease_token(), lease_seconds=seconds,
+        )
+        with _public_errors():
+            return self.store.claim(inputs)
+
+    def run_once(
+        self,
+        reader: Callable[[str, str], Any],
+        worker_id: str,
+        *,
+        now: float | int,
+        lease_seconds: float | int = 600,
+    ) -> TerminalProcessingOutcome | None:
+        if not callable(reader):
+            raise blocked(CODE + "reader_invalid")
+        moment = _time(now)
+        claimed = self._claim(worker_id, moment, lease_seconds)
+        if claimed is None:
+            return None
+        lease = MonitorInputs(
+            now=moment, policy=self.policy, worker_id=claimed.lease_owner,
+            lease_token=claimed.lease_token,
+        )
+        try:
+            response = reader(claimed.event_id, claimed.site_id)
+            # Parsing runs the answer's own Mapping code: its failures count as the reader's.
+            answer = parse_answer(response, claimed, self.expected_capabilities_sha256)
+        except Exception as error:  # the reader is foreign code: any failure is recorded
+            code, retryable = reader_error_code(error)
+            self._fail(claimed.event_id, lease, code, retryable)
+        else:
+            self._complete(claimed.event_id, lease, answer)
+        result = self.status(claimed.event_id, now=moment)
+        return TerminalProcessingOutcome(
+            result.event_id, result.notification_id, result.status,
+            result.poll_attempts, result.last_error_code,
+        )
+
+    def _complete(self, event_id: str, lease: MonitorInputs, answer: ReceiverAnswer | None) -> None:
+        """Record the receiver's answer; an answer that cannot be trusted fails the item.
+
+        "Cannot be trusted" covers both an answer :func:`parse_answer` refused and one
+        whose resulting record would break an invariant (the reference's defect).
+        """
+        if answer is not None:
+            step = attrs.evolve(lease, answer=answer)
+            with _public_errors(lost="completion_lost"), self.store.transaction():
+                record = self._leased_record(event_id)
+                try:
+                    self.store.fire(record, trigger_for_answer(answer), step)
+                    return
+                except InvariantViolation:
+                    pass  # nothing was written; the answer is refused below
+        self._fail(event_id, lease, CODE + "response_invalid", False)
+
+    def _fail(self, event_id: str, lease: MonitorInputs, code: str, retryable: bool) -> None:
+        step = attrs.evolve(lease, error_code=code, retryable=retryable)
+        with _public_errors(lost="failure_lost"), self.store.transaction():
+            self.store.fire(self._leased_record(event_id), "fail_attempt", step)
+
+    def _leased_record(self, event_id: str) -> MonitorRecord:
+        record = self.store.get(event_id)
+        if record is None:
+            raise blocked(CODE + "claim_lost")
+        return record
+
+    # -- reading -------------------------------------------------------------------
+
+    def status(self, event_id: str, *, now: float | int) -> TerminalProcessingStatus:
+        if not token.check(event_id):
+            raise blocked(CODE + "event_invalid")
+        moment = _time(now)
+        with _public_errors():
+            record = self.store.get(event_id)
+        if record is None:
+            raise blocked(CODE + "missing")
+        return _status_of(record, moment)
+
+    def health(self, *, now: float | int) -> TerminalProcessingHealth:
+        moment = _time(now)
+        with _public_errors():
+            if self.store.integrity_problems():
+                raise blocked(CODE + "database_integrity")
+            for _ in self.store.scan():  # every stored record must still hold every rule
+                pass
+            counts = self.store.count_by_status()
+            due = self.store.count_due(moment)
+            expired = self.store.count_expired(moment)
+        failed = counts[MonitorStatus.FAILED]
+        return TerminalProcessingHealth(
+            "blocked" if expired or failed else "ok",
+            counts, due, expired, failed, self.expected_capabilities_sha256,
+        )
+
+
+def _status_of(record: MonitorRecord, now: float) -> TerminalProcessingStatus:
+    lease = record.lease_expires_at
+    return TerminalProcessingStatus(
+        record.event_id, record.notification_id, record.site_id, record.notification_sha256,
+        str(record.status), record.poll_attempts, record.failures, record.max_failures,
+        float(record.next_poll_at), None if lease is None else float(lease),
+        record.status == MonitorStatus.LEASED and lease is not None and lease <= now,
+        record.last_error_code, record.receiver_status, record.receiver_attempts,
+        record.receiver_max_attempts, record.receiver_error_code, record.receiver_processed_at,
+    )
+
+
+__all__ = [
+    "NOTIFICATION_FIELDS", "NOTIFICATION_SCHEMA", "REMOTE_STATUSES", "SCHEMA_VERSION",
+    "STATUSES", "STATUS_SCHEMA", "TERMINAL_STATUSES", "DurableTerminalProcessingMonitor",
+    "InputInvalid", "LeaseLost", "MonitorRow", "StateInvalid", "StorageBlocked",
+    "TerminalProcessingHealth", "TerminalProcessingMonitorBlocked",
+    "TerminalProcessingOutcome", "TerminalProcessingStatus", "blocked", "canonical_sha256",
+    "new_lease_token",
+]
