@@ -15,12 +15,12 @@ Rules, in prose (the table below is the spec):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import is_integer, is_time
+from lifecycles.invariants.core import InvariantViolation, is_integer, is_time
 from lifecycles.invariants.monitor import (
     MONITOR_INVARIANTS,
     STATE_INVALID,
@@ -203,6 +203,38 @@ def reader_error_code(error: BaseException) -> tuple[str, bool]:
         and getattr(error, "retryable", None) is True
     )
     return code, retryable
+
+
+RESPONSE_INVALID = CODE + "response_invalid"
+
+FireMonitor = Callable[[str, MonitorRecord, MonitorInputs], MonitorRecord]
+
+
+def complete_with_answer(
+    record: MonitorRecord,
+    answer: ReceiverAnswer | None,
+    inputs: MonitorInputs,
+    fire: FireMonitor | None = None,
+) -> MonitorRecord:
+    """Finish a leased poll with the receiver's answer (``None``: it failed parse_answer).
+
+    A trusted answer fires :func:`trigger_for_answer`. An untrusted answer, or one
+    whose resulting record would break an invariant (the reference's defect: remote
+    ``retry_wait``/``failed`` with no error code), fails the attempt with
+    ``response_invalid``, not retryable: nothing invalid is ever written. Refusals
+    (lease lost or expired) propagate unchanged. ``fire(trigger, record, inputs)``
+    defaults to the pure ``MONITOR.fire``; a facade passes one that fires through its
+    store inside the open transaction. The checker and the generated tests run this
+    very function, so the rule lives in one place.
+    """
+    fire_ = fire or MONITOR.fire
+    if answer is not None:
+        try:
+            return fire_(trigger_for_answer(answer), record, attrs.evolve(inputs, answer=answer))
+        except InvariantViolation:
+            pass  # the answer is well-formed but its record would be invalid: refuse it
+    rejected = attrs.evolve(inputs, answer=None, error_code=RESPONSE_INVALID, retryable=False)
+    return fire_("fail_attempt", record, rejected)
 
 
 def new_record(
@@ -432,7 +464,7 @@ MONITOR: Lifecycle[MonitorRecord, MonitorInputs] = Lifecycle(
 )
 
 __all__ = [
-    "MONITOR", "STATE_INVALID", "TABLE", "MonitorInputs", "MonitorRecord", "MonitorStatus",
-    "ReceiverAnswer", "ReceiverStatus", "RetryPolicy", "new_record", "parse_answer",
-    "reader_error_code", "retry_delay", "token", "trigger_for_answer",
+    "MONITOR", "RESPONSE_INVALID", "STATE_INVALID", "TABLE", "MonitorInputs", "MonitorRecord",
+    "MonitorStatus", "ReceiverAnswer", "ReceiverStatus", "RetryPolicy", "complete_with_answer",
+    "new_record", "parse_answer", "reader_error_code", "retry_delay", "token", "trigger_for_answer",
 ]
