@@ -1,0 +1,511 @@
+"""The engine: illegal transitions raise an error and nothing happens.
+
+Then: a false guard refuses with its own code and name, an effect cannot write a field
+it did not declare, a result that breaks an invariant is refused naming the rule, the
+derived sets match the table, and one ``transitions`` machine serves every record.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+from enum import StrEnum
+from typing import Any
+
+import attrs
+import pytest
+from transitions import Machine
+
+from lifecycles.invariants.core import InvariantSet, InvariantViolation, invariant
+from lifecycles.invariants.monitor import STATE_INVALID, MonitorRecord, MonitorStatus
+from lifecycles.machines import core
+from lifecycles.machines.core import (
+    Changes,
+    EffectContractError,
+    Lifecycle,
+    TransitionRefused,
+    effect,
+    guard,
+)
+from lifecycles.machines.monitor import (
+    MONITOR,
+    TABLE,
+    MonitorInputs,
+    ReceiverAnswer,
+    ReceiverStatus,
+    new_record,
+)
+
+NOT_ALLOWED = "terminal_processing_monitor.claim_lost"
+T0 = 1_000.0
+WORKER, TOKEN = "worker-1", "token-1"
+
+
+# --- monitor records in every status, made by firing real transitions ----------
+
+
+def registered(max_failures: int = 5) -> MonitorRecord:
+    return new_record(
+        event_id="evt-1", notification_id="ntf-1", site_id="site-1",
+        terminal_status="published", notification_sha256="a" * 64,
+        max_failures=max_failures, now=T0,
+    )
+
+
+def held(now: float, **changes: Any) -> MonitorInputs:
+    return MonitorInputs(now=now, worker_id=WORKER, lease_token=TOKEN, **changes)
+
+
+def answer(status: ReceiverStatus) -> ReceiverAnswer:
+    return ReceiverAnswer(
+        processing_status=status, attempts=1, max_attempts=5, next_attempt_at=T0,
+        lease_expires_at=T0 + 60 if status == ReceiverStatus.LEASED else None,
+        lease_expired=False,
+        last_error_code="receiver.busy"
+        if status in (ReceiverStatus.RETRY_WAIT, ReceiverStatus.FAILED) else None,
+        processed_at=T0 if status == ReceiverStatus.SUCCEEDED else None,
+    )
+
+
+def records_by_status() -> dict[MonitorStatus, MonitorRecord]:
+    pending = registered()
+    leased = MONITOR.fire("claim", pending, held(T0))
+    done = T0 + 1
+    return {
+        MonitorStatus.PENDING: pending,
+        MonitorStatus.LEASED: leased,
+        MonitorStatus.WATCHING: MONITOR.fire(
+            "observe_progress", leased, held(done, answer=answer(ReceiverStatus.PENDING))
+        ),
+        MonitorStatus.RETRY_WAIT: MONITOR.fire(
+            "fail_attempt", leased, held(done, error_code="reader.timeout", retryable=True)
+        ),
+        MonitorStatus.SUCCEEDED: MONITOR.fire(
+            "observe_success", leased, held(done, answer=answer(ReceiverStatus.SUCCEEDED))
+        ),
+        MonitorStatus.FAILED: MONITOR.fire(
+            "observe_failure", leased, held(done, answer=answer(ReceiverStatus.FAILED))
+        ),
+    }
+
+
+RECORDS = records_by_status()
+
+
+def friendly_inputs(record: MonitorRecord) -> MonitorInputs:
+    """Inputs under which every guard of every row would pass if the row existed."""
+    return held(
+        T0 + 2, answer=answer(ReceiverStatus.PENDING), error_code="reader.timeout",
+        retryable=True,
+    )
+
+
+def _table_sources(row: dict[str, Any]) -> list[str]:
+    source = row["source"]
+    return [source] if isinstance(source, str) else list(source)
+
+
+# Read straight from the literal table, not through the engine's own derivations.
+ALLOWED = {(row["trigger"], source) for row in TABLE for source in _table_sources(row)}
+TRIGGERS = list(dict.fromkeys(row["trigger"] for row in TABLE))
+REFUSED_PAIRS = [
+    (trigger, status)
+    for trigger in [*TRIGGERS, "register", "no_such_trigger"]
+    for status in MonitorStatus
+    if (trigger, status.value) not in ALLOWED
+]
+
+
+def test_every_status_has_a_record_built_by_real_transitions() -> None:
+    assert {record.status for record in RECORDS.values()} == set(MonitorStatus)
+    for status, record in RECORDS.items():
+        assert record.status == status
+        assert MONITOR.check(record) is record
+
+
+def test_the_refused_pairs_cover_the_whole_grid() -> None:
+    # 6 table triggers and 2 outside the table, on 6 statuses, less the 8 allowed pairs.
+    assert len(ALLOWED) == 8
+    assert len(REFUSED_PAIRS) == 8 * 6 - 8
+
+
+@pytest.mark.parametrize(
+    ("trigger", "status"), REFUSED_PAIRS, ids=[f"{t}-{s.value}" for t, s in REFUSED_PAIRS]
+)
+def test_illegal_transitions_raise_an_error_and_nothing_happens(
+    trigger: str, status: MonitorStatus
+) -> None:
+    record = RECORDS[status]
+    before = copy.deepcopy(record)
+    inputs = friendly_inputs(record)
+    with pytest.raises(TransitionRefused) as refused:
+        MONITOR.fire(trigger, record, inputs)
+    assert refused.value.code == NOT_ALLOWED
+    assert refused.value.guard is None
+    assert refused.value.trigger == trigger
+    assert refused.value.status == status.value
+    assert "not allowed from this status" in str(refused.value)
+    assert record == before
+    assert attrs.asdict(record) == attrs.asdict(before)
+    with pytest.raises(TransitionRefused):
+        MONITOR.select_row(trigger, record, inputs)
+    assert record == before
+
+
+def test_records_are_frozen() -> None:
+    record = RECORDS[MonitorStatus.PENDING]
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        record.status = MonitorStatus.LEASED  # type: ignore[misc]
+    assert record.status == MonitorStatus.PENDING
+
+
+# --- false guards ------------------------------------------------------------
+
+
+GUARD_CASES = [
+    # (trigger, status, inputs, blocking guard, code)
+    ("claim", MonitorStatus.PENDING, held(T0 - 1), "poll_is_due", NOT_ALLOWED),
+    ("claim", MonitorStatus.WATCHING, held(T0 + 2), "poll_is_due", NOT_ALLOWED),
+    ("expire_lease", MonitorStatus.LEASED, held(T0 + 599), "lease_has_expired", NOT_ALLOWED),
+    ("observe_progress", MonitorStatus.LEASED,
+     MonitorInputs(now=T0 + 1, worker_id="worker-2", lease_token=TOKEN,
+                   answer=answer(ReceiverStatus.PENDING)),
+     "lease_is_held", NOT_ALLOWED),
+    ("observe_success", MonitorStatus.LEASED,
+     MonitorInputs(now=T0 + 1, worker_id=WORKER, lease_token="token-2",
+                   answer=answer(ReceiverStatus.SUCCEEDED)),
+     "lease_is_held", NOT_ALLOWED),
+    ("observe_failure", MonitorStatus.LEASED,
+     held(T0 + 600, answer=answer(ReceiverStatus.FAILED)),
+     "lease_is_live", "terminal_processing_monitor.lease_expired"),
+    ("fail_attempt", MonitorStatus.LEASED,
+     held(T0 + 600, error_code="reader.timeout", retryable=True),
+     "lease_is_live", "terminal_processing_monitor.lease_expired"),
+    ("fail_attempt", MonitorStatus.LEASED,
+     MonitorInputs(now=T0 + 1, worker_id=None, lease_token=None, error_code="reader.timeout"),
+     "lease_is_held", NOT_ALLOWED),
+]
+
+
+@pytest.mark.parametrize(
+    ("trigger", "status", "inputs", "blocking", "code"),
+    GUARD_CASES,
+    ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(GUARD_CASES)],
+)
+def test_a_false_guard_refuses_with_its_code_and_name(
+    trigger: str, status: MonitorStatus, inputs: MonitorInputs, blocking: str, code: str
+) -> None:
+    record = RECORDS[status]
+    before = copy.deepcopy(record)
+    with pytest.raises(TransitionRefused) as refused:
+        MONITOR.fire(trigger, record, inputs)
+    assert refused.value.guard == blocking
+    assert refused.value.code == code == MONITOR.guards[blocking].refusal_code
+    assert f"guard {blocking} is false" in str(refused.value)
+    assert record == before
+
+
+def test_exhausted_failures_block_a_claim_from_retry_wait() -> None:
+    record = attrs.evolve(RECORDS[MonitorStatus.RETRY_WAIT], failures=5, poll_attempts=5)
+    with pytest.raises(TransitionRefused) as refused:
+        MONITOR.fire("claim", record, held(T0 + 10_000))
+    assert refused.value.guard == "failures_remain"
+    assert refused.value.code == NOT_ALLOWED
+
+
+# A tiny lifecycle to test the engine's rules apart from the monitor.
+
+
+class Step(StrEnum):
+    NEW = "new"
+    RUNNING = "running"
+    DONE = "done"
+
+
+@attrs.frozen
+class Counter:
+    key: str
+    status: Step
+    count: int = 0
+
+
+@guard(refusal_code="demo.not_ready")
+def is_ready(r: Counter, i: dict[str, Any]) -> bool:
+    """The caller says the counter is ready."""
+    return bool(i.get("ready"))
+
+
+@guard(refusal_code="demo.cancelled")
+def is_cancelled(r: Counter, i: dict[str, Any]) -> bool:
+    """The caller cancelled the counter."""
+    return bool(i.get("cancelled"))
+
+
+@effect("count")
+def bump(r: Counter, i: dict[str, Any]) -> Changes:
+    """Add one to the count."""
+    return {"count": r.count + 1}
+
+
+@effect("count")
+def sneaky(r: Counter, i: dict[str, Any]) -> Changes:
+    """Add one to the count, and also (wrongly) rename the record."""
+    return {"count": r.count + 1, "key": "renamed"}
+
+
+@invariant
+def count_at_most_two(r: Counter) -> bool:
+    """The count never passes two."""
+    return r.count <= 2
+
+
+def demo(**changes: Any) -> Lifecycle[Counter, dict[str, Any]]:
+    arguments: dict[str, Any] = {
+        "name": "demo",
+        "statuses": Step,
+        "table": [
+            {"trigger": "start", "source": "new", "dest": "running",
+             "conditions": ["is_ready"], "unless": ["is_cancelled"], "after": "bump"},
+            {"trigger": "tick", "source": "running", "dest": "running", "after": "bump"},
+            {"trigger": "finish", "source": "running", "dest": "done"},
+        ],
+        "initial": Step.NEW,
+        "final": [Step.DONE],
+        "creation": "create",
+        "guards": [is_ready, is_cancelled],
+        "effects": [bump],
+        "invariants": InvariantSet("demo.invalid", [count_at_most_two]),
+        "record_type": Counter,
+        "key_field": "key",
+        "not_allowed_code": "demo.not_allowed",
+    }
+    arguments.update(changes)
+    return Lifecycle(**arguments)
+
+
+DEMO = demo()
+
+
+def test_a_false_condition_refuses_with_its_refusal_code() -> None:
+    record = Counter("k", Step.NEW)
+    with pytest.raises(TransitionRefused) as refused:
+        DEMO.fire("start", record, {"ready": False})
+    assert (refused.value.guard, refused.value.code) == ("is_ready", "demo.not_ready")
+    assert record == Counter("k", Step.NEW)
+
+
+def test_a_true_unless_guard_refuses_with_its_refusal_code() -> None:
+    record = Counter("k", Step.NEW)
+    with pytest.raises(TransitionRefused) as refused:
+        DEMO.fire("start", record, {"ready": True, "cancelled": True})
+    assert (refused.value.guard, refused.value.code) == ("is_cancelled", "demo.cancelled")
+    assert DEMO.fire("start", record, {"ready": True}) == Counter("k", Step.RUNNING, 1)
+
+
+def test_an_effect_writing_an_undeclared_field_is_a_contract_error() -> None:
+    table = [dict(row) for row in DEMO.table]
+    table[0]["after"] = "sneaky"
+    lifecycle = demo(table=table, effects=[sneaky, bump])
+    record = Counter("k", Step.NEW)
+    with pytest.raises(EffectContractError) as broken:
+        lifecycle.fire("start", record, {"ready": True})
+    assert broken.value.code == "lifecycles.effect_contract"
+    assert "sneaky" in str(broken.value)
+    assert "key" in str(broken.value)
+    assert record == Counter("k", Step.NEW)
+
+
+def test_a_result_breaking_an_invariant_is_refused_naming_the_rule() -> None:
+    record = DEMO.fire("tick", DEMO.fire("start", Counter("k", Step.NEW), {"ready": True}), {})
+    assert record.count == 2
+    with pytest.raises(InvariantViolation) as broken:
+        DEMO.fire("tick", record, {})
+    assert broken.value.rules == ("count_at_most_two",)
+    assert broken.value.code == "demo.invalid"
+    assert record.count == 2
+
+
+def test_a_monitor_result_breaking_an_invariant_names_it_with_state_invalid() -> None:
+    # The reference's known defect: a receiver retry_wait without its error code.
+    defective = attrs.evolve(answer(ReceiverStatus.RETRY_WAIT), last_error_code=None)
+    leased = RECORDS[MonitorStatus.LEASED]
+    with pytest.raises(InvariantViolation) as broken:
+        MONITOR.fire("observe_progress", leased, held(T0 + 1, answer=defective))
+    assert broken.value.rules == ("receiver_error_iff_receiver_waiting_or_failed",)
+    assert broken.value.code == STATE_INVALID
+
+
+def test_a_field_rule_broken_by_an_effect_is_reported_as_an_invariant_violation() -> None:
+    leased = RECORDS[MonitorStatus.LEASED]
+    with pytest.raises(InvariantViolation) as broken:
+        MONITOR.fire("fail_attempt", leased, held(T0 + 1, error_code="Not A Code"))
+    assert broken.value.rules == ("error_code_syntax",)
+    assert broken.value.code == STATE_INVALID
+
+
+def test_create_admits_only_the_initial_status_with_every_invariant() -> None:
+    assert MONITOR.create(RECORDS[MonitorStatus.PENDING]) is RECORDS[MonitorStatus.PENDING]
+    with pytest.raises(TransitionRefused) as refused:
+        MONITOR.create(RECORDS[MonitorStatus.WATCHING])
+    assert (refused.value.trigger, refused.value.code) == ("register", NOT_ALLOWED)
+    broken = attrs.evolve(RECORDS[MonitorStatus.PENDING], updated_at=T0 - 1)
+    with pytest.raises(InvariantViolation) as invalid:
+        MONITOR.create(broken)
+    assert invalid.value.rules == ("updated_not_before_created",)
+
+
+def test_select_then_apply_is_fire_and_firing_is_pure() -> None:
+    pending = RECORDS[MonitorStatus.PENDING]
+    row = MONITOR.select_row("claim", pending, held(T0))
+    assert (row.trigger, row.source, row.dest, row.effect) == (
+        "claim", "pending", "leased", "grant_lease"
+    )
+    assert row.label == "claim [poll_is_due, failures_remain]"
+    applied = MONITOR.apply_row(row, pending, held(T0))
+    assert applied == MONITOR.fire("claim", pending, held(T0)) == RECORDS[MonitorStatus.LEASED]
+    assert pending == registered()
+
+
+def test_rows_name_guards_and_unless_in_their_label() -> None:
+    labels = {row.label for row in MONITOR.rows if row.trigger == "expire_lease"}
+    assert labels == {
+        "expire_lease [lease_has_expired, another_failure_allowed]",
+        "expire_lease [lease_has_expired, !another_failure_allowed]",
+    }
+
+
+# --- table_version ------------------------------------------------------------
+
+
+def test_table_version_is_stable_for_the_same_declaration() -> None:
+    assert demo().table_version == DEMO.table_version
+    assert len(MONITOR.table_version) == 12
+    int(MONITOR.table_version, 16)
+
+
+@pytest.mark.parametrize(
+    ("index", "key", "value"),
+    [
+        (2, "dest", "running"),
+        (0, "conditions", []),
+        (0, "unless", []),
+        (1, "after", None),
+        (1, "trigger", "advance"),
+    ],
+)
+def test_table_version_changes_when_a_row_changes(index: int, key: str, value: Any) -> None:
+    table = [dict(row) for row in DEMO.table]
+    table[index][key] = value
+    if key == "dest":  # keep ``done`` reachable so the changed table is still valid
+        table.append({"trigger": "close", "source": "running", "dest": "done"})
+    guards = [is_ready, is_cancelled]
+    if key == "conditions":
+        guards = [is_cancelled]
+    if key == "unless":
+        guards = [is_ready]
+    changed = demo(table=table, guards=guards)
+    assert changed.table_version != DEMO.table_version
+
+
+def test_table_version_changes_when_a_row_is_added() -> None:
+    table = [*DEMO.table, {"trigger": "abort", "source": "new", "dest": "done"}]
+    assert demo(table=table).table_version != DEMO.table_version
+
+
+def _monitor_with(table: list[dict[str, Any]]) -> Lifecycle[MonitorRecord, MonitorInputs]:
+    return Lifecycle(
+        name=MONITOR.name, statuses=MonitorStatus, table=table, initial=MONITOR.initial,
+        final=MONITOR.final, creation=MONITOR.creation, guards=MONITOR.guards.values(),
+        effects=MONITOR.effects.values(), invariants=MONITOR.invariants,
+        record_type=MonitorRecord, key_field="event_id", not_allowed_code=NOT_ALLOWED,
+        lease=MONITOR.lease,
+    )
+
+
+def test_table_version_follows_the_monitor_table() -> None:
+    assert _monitor_with([dict(row) for row in TABLE]).table_version == MONITOR.table_version
+    cancel = {"trigger": "cancel", "source": "pending", "dest": "failed"}
+    assert _monitor_with([*TABLE, cancel]).table_version != MONITOR.table_version
+    narrower = [dict(row) for row in TABLE]
+    narrower[0] = {**narrower[0], "source": ["pending", "retry_wait"]}
+    narrower.append({"trigger": "claim", "source": "watching", "dest": "leased",
+                     "conditions": ["poll_is_due", "failures_remain", "lease_is_held"],
+                     "after": "grant_lease"})
+    assert _monitor_with(narrower).table_version != MONITOR.table_version
+
+
+# --- derived sets -------------------------------------------------------------
+
+
+def test_derived_sets_match_the_literal_table() -> None:
+    assert list(MONITOR.triggers) == TRIGGERS
+    for trigger in TRIGGERS:
+        rows = [row for row in TABLE if row["trigger"] == trigger]
+        assert {s.value for s in MONITOR.sources(trigger)} == {
+            source for row in rows for source in _table_sources(row)
+        }
+        assert {s.value for s in MONITOR.dests(trigger)} == {row["dest"] for row in rows}
+    for status in MonitorStatus:
+        expected = [t for t in TRIGGERS if (t, status.value) in ALLOWED]
+        assert list(MONITOR.allowed_triggers(status)) == expected
+    assert MONITOR.sources("no_such_trigger") == frozenset()
+
+
+def test_derived_sets_match_the_reference_statuses() -> None:
+    # The reference claims from pending, watching and retry_wait into leased; its
+    # terminal statuses are succeeded and failed, which nothing leaves.
+    assert MONITOR.claimable == {
+        MonitorStatus.PENDING, MonitorStatus.WATCHING, MonitorStatus.RETRY_WAIT
+    }
+    assert MONITOR.leased == MonitorStatus.LEASED
+    assert MONITOR.final == {MonitorStatus.SUCCEEDED, MonitorStatus.FAILED}
+    for status in MONITOR.final:
+        assert MONITOR.allowed_triggers(status) == ()
+    assert MONITOR.sources("expire_lease") == {MonitorStatus.LEASED}
+    assert MONITOR.dests("expire_lease") == {MonitorStatus.RETRY_WAIT, MonitorStatus.FAILED}
+    assert MONITOR.dests("fail_attempt") == {MonitorStatus.RETRY_WAIT, MonitorStatus.FAILED}
+    assert DEMO.claimable == frozenset()
+    assert DEMO.leased is None
+
+
+def test_writes_are_the_status_plus_the_declared_fields() -> None:
+    for row in MONITOR.rows:
+        declared = MONITOR.effects[row.effect].writes if row.effect else ()
+        assert MONITOR.writes(row) == ("status", *declared)
+    finish = next(row for row in DEMO.rows if row.trigger == "finish")
+    assert DEMO.writes(finish) == ("status",)
+
+
+# --- one machine per lifecycle -------------------------------------------------
+
+
+def test_one_machine_per_lifecycle_and_firing_grows_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    machine = MONITOR.machine
+    assert isinstance(machine, Machine)
+    assert machine.models == []
+    assert "to_pending" not in machine.events  # auto_transitions=False
+
+    def forbidden(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("firing must not add models or build machines")
+
+    monkeypatch.setattr(Machine, "add_model", forbidden)
+    monkeypatch.setattr(core.Machine, "__init__", forbidden)
+    events_before = {name: len(event.transitions) for name, event in machine.events.items()}
+    states_before = set(machine.states)
+
+    records = [attrs.evolve(registered(), event_id=f"evt-{n}") for n in range(2_000)]
+    claimed = [MONITOR.fire("claim", record, held(T0)) for record in records]
+    for record in claimed:
+        with pytest.raises(TransitionRefused):
+            MONITOR.fire("claim", record, held(T0))
+    assert all(record.status == MonitorStatus.LEASED for record in claimed)
+
+    assert MONITOR.machine is machine
+    assert machine.models == []
+    assert not machine._transition_queue
+    assert {name: len(e.transitions) for name, e in machine.events.items()} == events_before
+    assert set(machine.states) == states_before
+    gc.collect()
+    assert not [obj for obj in gc.get_objects() if isinstance(obj, core._Adapter)]
