@@ -1,0 +1,393 @@
+"""Exploration inputs, declared beside a table, and the exhaustive bounded search over them.
+
+A lifecycle's transitions are pure functions, so the framework can enumerate them.
+Beside its table a lifecycle declares an :class:`Exploration`:
+
+* ``initial``: the records the search starts from (e.g. one per ``max_failures``);
+* ``moves``: the kinds of step a caller can take, each a :class:`Move` with a finite
+  list of inputs for the checker (which may depend on the record: "just before its
+  next poll") and, optionally, a Hypothesis strategy for the generated tests;
+* ``abstraction``: what makes two records the same state for the search (absolute
+  times become their relation to the record's clock, lease tokens their presence...),
+  documented in ``abstraction_doc``;
+* ``bounds``: a sentence saying what is explored, printed with the figures.
+
+:func:`explore` is a breadth-first search over ``lifecycle.fire`` alone (no store, no
+clock, no I/O). Every record it reaches is checked against every invariant; the first
+violation comes with the shortest trace from an initial record, because the search is
+breadth-first. It also counts how often each table row fired and which statuses were
+reached, so the checker can refuse a table with dead rows.
+
+Nothing here imports Hypothesis: strategies are callables that import it themselves,
+so a production install never needs it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import attrs
+
+from lifecycles.invariants.core import InvariantViolation
+from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
+R = TypeVar("R")
+C = TypeVar("C")
+
+Fire = Callable[[str, Any, Any], Any]
+"""``fire(trigger, record, inputs) -> record``: the pure ``lifecycle.fire`` or a store's."""
+
+
+@attrs.frozen
+class Move(Generic[R, C]):
+    """One kind of step: which triggers it may fire, with what inputs, and how.
+
+    ``run(fire, record, choice)`` performs the step through ``fire`` so the checker
+    (pure) and the generated tests (through a store) run the very same code. A move
+    that fires one trigger with its inputs as they are needs no ``run`` (see
+    :func:`trigger_move`). ``choices(record)`` lists the checker's inputs from that
+    record; ``strategy(record)`` draws the generated tests' inputs (defaults to the
+    choices). ``describe(record, choice)`` is how traces print a choice.
+    """
+
+    name: str
+    triggers: tuple[str, ...]
+    choices: Callable[[R], Sequence[C]]
+    run: Callable[[Fire, R, C], R]
+    strategy: Callable[[R], SearchStrategy[C]] | None = None
+    describe: Callable[[R, C], str] | None = None
+    meaning: str = ""
+
+    def perform(self, fire: Fire, record: R, choice: C) -> R:
+        return self.run(fire, record, choice)
+
+    def describe_choice(self, record: R, choice: C) -> str:
+        return self.describe(record, choice) if self.describe else repr(choice)
+
+    def draw_from(self, record: R) -> SearchStrategy[C]:
+        """The Hypothesis strategy for this move's inputs from ``record``."""
+        if self.strategy is not None:
+            return self.strategy(record)
+        from hypothesis import strategies as st
+
+        return st.sampled_from(list(self.choices(record)))
+
+
+def trigger_move(
+    trigger: str,
+    choices: Callable[[R], Sequence[Any]],
+    *,
+    strategy: Callable[[R], SearchStrategy[Any]] | None = None,
+    describe: Callable[[R, Any], str] | None = None,
+    name: str | None = None,
+    meaning: str = "",
+) -> Move[R, Any]:
+    """A move that fires ``trigger`` with each choice as the lifecycle's inputs."""
+
+    def run(fire: Fire, record: R, inputs: Any) -> R:
+        result: R = fire(trigger, record, inputs)
+        return result
+
+    return Move(
+        name=name or trigger, triggers=(trigger,), choices=choices, run=run,
+        strategy=strategy, describe=describe, meaning=meaning or f"fire {trigger}",
+    )
+
+
+@attrs.frozen
+class Exploration(Generic[R]):
+    """Everything the checker and the generated tests need to drive one lifecycle."""
+
+    lifecycle: Lifecycle[R, Any]
+    initial: Callable[[], Sequence[R]]
+    moves: tuple[Move[R, Any], ...]
+    abstraction: Callable[[R], Hashable]
+    abstraction_doc: str
+    bounds: str
+    new_records: Callable[[], SearchStrategy[R]] | None = None
+    max_depth: int = 100
+    max_states: int = 500_000
+
+    def sources(self, move: Move[R, Any]) -> frozenset[str]:
+        """Statuses ``move`` may start from: the sources of its triggers in the table."""
+        return frozenset(
+            str(status) for trigger in move.triggers for status in self.lifecycle.sources(trigger)
+        )
+
+    def move(self, name: str) -> Move[R, Any]:
+        for candidate in self.moves:
+            if candidate.name == name:
+                return candidate
+        raise KeyError(f"{self.lifecycle.name} declares no move {name!r}")
+
+    def new_record_strategy(self) -> SearchStrategy[R]:
+        """Records the generated tests create (defaults to the initial records)."""
+        if self.new_records is not None:
+            return self.new_records()
+        from hypothesis import strategies as st
+
+        return st.sampled_from(list(self.initial()))
+
+
+def time_relation(value: float | None, clock: float) -> str:
+    """An absolute time as the abstraction keeps it: ``-`` (none), before, at or after clock."""
+    if value is None:
+        return "-"
+    if value < clock:
+        return "before"
+    return "at" if value == clock else "after"
+
+
+# --- coverage ----------------------------------------------------------------
+
+
+@attrs.define
+class Coverage:
+    """Which rows fired (and how often) and which guards were seen true and false.
+
+    An observer for :meth:`Lifecycle.observing`. On every attempt it evaluates every
+    guard of every row the trigger could take from the record's status, so a guard's
+    truth table is recorded even when the engine short-circuits.
+    """
+
+    lifecycle: Lifecycle[Any, Any]
+    row_fires: dict[Row, int] = attrs.field(factory=dict)
+    guard_outcomes: dict[str, dict[bool, int]] = attrs.field(factory=dict)
+    attempts: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        for row in self.lifecycle.rows:
+            self.row_fires.setdefault(row, 0)
+        for name in self.lifecycle.guards:
+            self.guard_outcomes.setdefault(name, {True: 0, False: 0})
+
+    def attempted(self, lifecycle: Lifecycle[Any, Any], trigger: str, record: Any,
+                  inputs: Any) -> None:
+        if lifecycle is not self.lifecycle:
+            return
+        self.attempts += 1
+        status = str(getattr(record, lifecycle.status_field))
+        for row in lifecycle.rows:
+            if row.trigger == trigger and row.source == status:
+                for name in (*row.conditions, *row.unless):
+                    outcome = bool(lifecycle.guards[name].test(record, inputs))
+                    self.guard_outcomes[name][outcome] += 1
+
+    def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None:
+        if lifecycle is self.lifecycle:
+            self.row_fires[row] = self.row_fires.get(row, 0) + 1
+
+    def merge(self, other: Coverage) -> None:
+        for row, count in other.row_fires.items():
+            self.row_fires[row] = self.row_fires.get(row, 0) + count
+        for name, outcomes in other.guard_outcomes.items():
+            mine = self.guard_outcomes.setdefault(name, {True: 0, False: 0})
+            for outcome, count in outcomes.items():
+                mine[outcome] += count
+        self.attempts += other.attempts
+
+    @property
+    def unfired_rows(self) -> list[Row]:
+        return [row for row in self.lifecycle.rows if self.row_fires.get(row, 0) == 0]
+
+    @property
+    def one_sided_guards(self) -> list[str]:
+        """Guards seen only true or only false (or never evaluated)."""
+        return [
+            name for name, seen in self.guard_outcomes.items() if not (seen[True] and seen[False])
+        ]
+
+    def report(self) -> str:
+        """A small table: one line per row (fires), then the guards' true/false counts."""
+        lines = [f"transition coverage of {self.lifecycle.name} ({self.attempts} attempts)"]
+        for row in self.lifecycle.rows:
+            count = self.row_fires.get(row, 0)
+            mark = "" if count else "   <-- never fired"
+            lines.append(f"  {count:>8}  {row.source} -> {row.dest}: {row.label}{mark}")
+        lines.append("  guards (true / false):")
+        for name, seen in self.guard_outcomes.items():
+            mark = "" if seen[True] and seen[False] else "   <-- one-sided"
+            lines.append(f"  {seen[True]:>8} / {seen[False]:<8} {name}{mark}")
+        return "\n".join(lines)
+
+
+# --- the search ----------------------------------------------------------------
+
+
+@attrs.frozen
+class Step:
+    """One step of a trace: the move, the index of its choice, and how it reads."""
+
+    move: str
+    choice: int
+    description: str
+
+
+@attrs.frozen
+class Violation:
+    """What went wrong in a reached state, and the shortest way there."""
+
+    kind: str  # "invariant" (a rule broke) or "error" (a step raised something else)
+    message: str
+    rules: tuple[str, ...]
+    initial: int
+    trace: tuple[Step, ...]
+    error_type: str
+
+
+@attrs.define
+class ExplorationResult:
+    """The figures of one search."""
+
+    lifecycle: str
+    states: int = 0
+    edges: int = 0
+    refusals: int = 0
+    depth: int = 0
+    seconds: float = 0.0
+    truncated: bool = False
+    statuses: set[str] = attrs.field(factory=set)
+    coverage: Coverage | None = None
+    violation: Violation | None = None
+
+    @property
+    def states_per_second(self) -> float:
+        return self.states / self.seconds if self.seconds > 0 else float("inf")
+
+
+@attrs.frozen
+class _Node(Generic[R]):
+    record: R
+    parent: int  # -1 for an initial record
+    step: Step | None
+    depth: int
+    initial: int
+
+
+def _trace(nodes: list[_Node[Any]], index: int) -> tuple[int, tuple[Step, ...]]:
+    steps: list[Step] = []
+    while index >= 0:
+        node = nodes[index]
+        if node.step is not None:
+            steps.append(node.step)
+        initial, index = node.initial, node.parent
+    return initial, tuple(reversed(steps))
+
+
+def explore(exploration: Exploration[R]) -> ExplorationResult:
+    """Breadth-first search of every abstract state within the declared bounds."""
+    lifecycle = exploration.lifecycle
+    result = ExplorationResult(lifecycle.name)
+    coverage = Coverage(lifecycle)
+    result.coverage = coverage
+    started = time.perf_counter()
+    nodes: list[_Node[R]] = []
+    seen: set[Hashable] = set()
+    queue: deque[int] = deque()
+    sources = {move.name: exploration.sources(move) for move in exploration.moves}
+
+    def fail(kind: str, error: BaseException | None, message: str, rules: tuple[str, ...],
+             parent: int, step: Step | None) -> None:
+        initial, trace = _trace(nodes, parent) if parent >= 0 else (0, ())
+        if step is not None:
+            trace = (*trace, step)
+        result.violation = Violation(
+            kind, message, rules, initial, trace, type(error).__name__ if error else kind
+        )
+
+    for number, record in enumerate(exploration.initial()):
+        try:
+            lifecycle.create(record)
+        except (InvariantViolation, TransitionRefused) as error:
+            fail("invariant", error, f"initial record {number} is refused: {error}",
+                 tuple(getattr(error, "rules", ())), -1, None)
+            result.seconds = time.perf_counter() - started
+            return result
+        key = exploration.abstraction(record)
+        if key not in seen:
+            seen.add(key)
+            nodes.append(_Node(record, -1, None, 0, number))
+            queue.append(len(nodes) - 1)
+            result.statuses.add(str(lifecycle.status_of(record)))
+
+    with lifecycle.observing(coverage):
+        while queue and result.violation is None:
+            index = queue.popleft()
+            node = nodes[index]
+            if node.depth >= exploration.max_depth:
+                result.truncated = True
+                continue
+            status = str(lifecycle.status_of(node.record))
+            for move in exploration.moves:
+                if status not in sources[move.name]:
+                    continue
+                for number, choice in enumerate(move.choices(node.record)):
+                    try:
+                        after = move.perform(lifecycle.fire, node.record, choice)
+                    except TransitionRefused:
+                        result.refusals += 1
+                        continue
+                    except Exception as error:  # any other escape is a finding, not a crash
+                        step = Step(move.name, number, move.describe_choice(node.record, choice))
+                        fail("invariant" if isinstance(error, InvariantViolation) else "error",
+                             error, f"{type(error).__name__}: {error}",
+                             tuple(getattr(error, "rules", ())), index, step)
+                        break
+                    result.edges += 1
+                    broken = tuple(lifecycle.invariants.broken(after))
+                    if broken:  # a move that wrote around the engine's own check
+                        step = Step(move.name, number, move.describe_choice(node.record, choice))
+                        fail("invariant", None, f"reached a record breaking {', '.join(broken)}",
+                             broken, index, step)
+                        break
+                    key = exploration.abstraction(after)
+                    if key in seen:
+                        continue
+                    if len(seen) >= exploration.max_states:
+                        result.truncated = True
+                        continue
+                    seen.add(key)
+                    step = Step(move.name, number, move.describe_choice(node.record, choice))
+                    nodes.append(_Node(after, index, step, node.depth + 1, node.initial))
+                    queue.append(len(nodes) - 1)
+                    result.depth = max(result.depth, node.depth + 1)
+                    result.statuses.add(str(lifecycle.status_of(after)))
+                if result.violation is not None:
+                    break
+    result.states = len(seen)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+class TraceMismatch(AssertionError):
+    """A recorded trace no longer applies: the declaration's choices changed since."""
+
+
+def replay(exploration: Exploration[R], initial: int, steps: Sequence[tuple[str, int, str]],
+           fire: Fire | None = None) -> R:
+    """Run a recorded trace from initial record ``initial``; returns the last record.
+
+    Each step is ``(move, choice index, description)``; the description must still
+    match, so a changed declaration fails loudly instead of replaying something else.
+    Any error a step raises propagates, which is what a replayed violation shows.
+    """
+    lifecycle = exploration.lifecycle
+    fire_ = fire or lifecycle.fire
+    record = exploration.initial()[initial]
+    for number, (name, choice, description) in enumerate(steps):
+        move = exploration.move(name)
+        choices = move.choices(record)
+        if choice >= len(choices) or move.describe_choice(record, choices[choice]) != description:
+            raise TraceMismatch(
+                f"step {number} ({name} #{choice}) no longer reads {description!r}: "
+                "the exploration inputs changed; re-run `lifecycles check` for a fresh trace"
+            )
+        record = move.perform(fire_, record, choices[choice])
+        lifecycle.invariants.check(record)
+    return record

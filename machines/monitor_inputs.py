@@ -1,0 +1,419 @@
+"""The monitor's exploration inputs, beside its table: what the checker and tests feed it.
+
+Bounds (what ``lifecycles check monitor`` explores, completely):
+
+* one notification, registered at t=1000 with ``max_failures`` 1, 2 and 3;
+* the default :class:`RetryPolicy` (poll every 30 s, backoff 5 s doubling to 300 s)
+  and a 600 s lease;
+* ``claim`` and ``expire_lease`` at the record's clock and one second before, at and
+  one second after its next poll time / lease expiry (never before the clock: time
+  does not run backwards for one record);
+* ``complete_poll``: every kind of receiver response, run through
+  :func:`parse_answer` and :func:`complete_with_answer`: the five valid answers
+  (pending, leased, leased with its lease expired, retry_wait and failed with an
+  error code, succeeded), responses ``parse_answer`` rejects (not a mapping, a field
+  missing, another schema, another event, other capabilities, attempts above the
+  maximum, an error code on success, leased without expiry), and the two that parse
+  but whose record would break an invariant (retry_wait or failed without an error
+  code); by the lease holder while the lease is live, and once each by an intruder,
+  by the holder with a stale token, and after the lease expired;
+* ``reader_error``: a read that raised, retryable or not, with a valid code, an
+  invalid code, or none (see :func:`reader_error_code`).
+
+Abstraction (two records are one state when these agree): every field as it is,
+except that each absolute time is replaced by its relation (before / at / after /
+none) to the record's clock, ``updated_at``, the time of its last transition; the
+lease owner and token by their presence; and ``poll_attempts`` by
+``min(poll_attempts, max_failures)``, because no guard reads it and the one invariant
+that does (``poll_attempts >= failures``) can no longer fail once it reaches
+``max_failures``. No guard compares two absolute times except against ``now``, and
+every ``now`` the moves use is placed relative to the record's own times, so the
+abstraction loses no behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from lifecycles.machines.exploration import Exploration, Fire, Move, time_relation, trigger_move
+from lifecycles.machines.monitor import (
+    MONITOR,
+    STATUS_SCHEMA,
+    FireMonitor,
+    MonitorInputs,
+    MonitorRecord,
+    ReceiverAnswer,
+    RetryPolicy,
+    complete_with_answer,
+    new_record,
+    parse_answer,
+    reader_error_code,
+)
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
+START = 1000.0
+LEASE_SECONDS = 600.0
+POLICY = RetryPolicy()
+CAPABILITIES_SHA256 = "c" * 64
+CLAIMER = "worker-a"
+INTRUDER = "worker-z"
+MAX_FAILURES = (1, 2, 3)
+
+Completer = Callable[[MonitorRecord, ReceiverAnswer | None, MonitorInputs, FireMonitor], MonitorRecord]
+
+
+def initial_records() -> list[MonitorRecord]:
+    """One registered notification per max_failures in the bounds."""
+    return [
+        new_record(
+            event_id="evt-1", notification_id="ntf-1", site_id="site-1",
+            terminal_status="published", notification_sha256="a" * 64,
+            max_failures=limit, now=START,
+        )
+        for limit in MAX_FAILURES
+    ]
+
+
+def abstraction(r: MonitorRecord) -> Hashable:
+    """See the module docstring: times relative to the clock, tokens by presence."""
+    clock = r.updated_at
+    return (
+        r.status, r.failures, r.max_failures, min(r.poll_attempts, r.max_failures),
+        time_relation(r.next_poll_at, clock), r.lease_owner is not None,
+        r.lease_token is not None, time_relation(r.lease_expires_at, clock), r.last_error_code,
+        r.receiver_status, r.receiver_attempts, r.receiver_max_attempts,
+        time_relation(r.receiver_next_attempt_at, clock),
+        time_relation(r.receiver_lease_expires_at, clock), r.receiver_lease_expired,
+        r.receiver_error_code, time_relation(r.receiver_processed_at, clock),
+        time_relation(r.created_at, clock),
+    )
+
+
+def _near(clock: float, *marks: float | None) -> list[float]:
+    """The clock, and one second before, at and after each mark, never before the clock."""
+    times = {clock}
+    for mark in marks:
+        if mark is not None:
+            times.update(t for t in (mark - 1.0, mark, mark + 1.0) if t >= clock)
+    return sorted(times)
+
+
+def _relative(r: MonitorRecord, now: float) -> str:
+    return f"clock{now - r.updated_at:+g}s"
+
+
+# --- claim and expire_lease -----------------------------------------------------------
+
+
+def claim_inputs(r: MonitorRecord) -> list[MonitorInputs]:
+    token = f"lease-{r.poll_attempts + 1}"
+    return [
+        MonitorInputs(now=now, policy=POLICY, worker_id=CLAIMER, lease_token=token,
+                      lease_seconds=LEASE_SECONDS)
+        for now in _near(r.updated_at, r.next_poll_at)
+    ]
+
+
+def expiry_inputs(r: MonitorRecord) -> list[MonitorInputs]:
+    return [MonitorInputs(now=now, policy=POLICY) for now in _near(r.updated_at, r.lease_expires_at)]
+
+
+def _describe_timed(r: MonitorRecord, i: MonitorInputs) -> str:
+    who = f" by {i.worker_id}/{i.lease_token}" if i.worker_id else ""
+    return f"now={_relative(r, i.now)}{who}"
+
+
+# --- complete_poll: a receiver response ---------------------------------------------
+
+
+@attrs.frozen
+class Poll:
+    """One completed read: who completes it, when, and the raw response it got."""
+
+    inputs: MonitorInputs
+    response: object
+    label: str
+
+
+def _answer(r: MonitorRecord, **fields: Any) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "schema": STATUS_SCHEMA, "notification_id": r.notification_id, "event_id": r.event_id,
+        "site_id": r.site_id, "terminal_status": r.terminal_status,
+        "notification_sha256": r.notification_sha256, "processing_status": "pending",
+        "attempts": 0, "max_attempts": 5, "next_attempt_at": START + 60.0,
+        "lease_expires_at": None, "lease_expired": False, "last_error_code": None,
+        "processed_at": None, "capabilities_sha256": CAPABILITIES_SHA256,
+    }
+    response.update(fields)
+    return response
+
+
+def responses(r: MonitorRecord) -> list[tuple[str, object]]:
+    """Every kind of receiver response about ``r``, labelled."""
+    lease = START + 900.0
+    valid: list[tuple[str, object]] = [
+        ("pending", _answer(r)),
+        ("leased", _answer(r, processing_status="leased", attempts=1, lease_expires_at=lease)),
+        ("leased, lease expired", _answer(r, processing_status="leased", attempts=1,
+                                          lease_expires_at=lease, lease_expired=True)),
+        ("retry_wait with error", _answer(r, processing_status="retry_wait", attempts=2,
+                                          last_error_code="cms.receiver_busy")),
+        ("failed with error", _answer(r, processing_status="failed", attempts=5,
+                                      last_error_code="cms.publication_failed")),
+        ("succeeded", _answer(r, processing_status="succeeded", attempts=1,
+                              processed_at=START + 5.0)),
+    ]
+    missing = _answer(r)
+    del missing["processed_at"]
+    rejected: list[tuple[str, object]] = [
+        ("not a mapping", ["pending"]),
+        ("a field missing", missing),
+        ("another schema", _answer(r, schema="blun.other.v1")),
+        ("another event", _answer(r, event_id="evt-other")),
+        ("other capabilities", _answer(r, capabilities_sha256="d" * 64)),
+        ("attempts above max", _answer(r, attempts=6, max_attempts=5)),
+        ("error code on success", _answer(r, processing_status="succeeded", attempts=1,
+                                          processed_at=START, last_error_code="cms.oops")),
+        ("leased without expiry", _answer(r, processing_status="leased", attempts=1)),
+    ]
+    # These parse, but the record they would produce breaks
+    # receiver_error_iff_receiver_waiting_or_failed: the reference's defect.
+    breaking: list[tuple[str, object]] = [
+        ("retry_wait without error", _answer(r, processing_status="retry_wait", attempts=2)),
+        ("failed without error", _answer(r, processing_status="failed", attempts=5)),
+    ]
+    return valid + rejected + breaking
+
+
+def poll_choices(r: MonitorRecord) -> list[Poll]:
+    if r.lease_expires_at is None:
+        return []
+    held = MonitorInputs(now=r.updated_at, policy=POLICY, worker_id=r.lease_owner,
+                         lease_token=r.lease_token, lease_seconds=LEASE_SECONDS)
+    polls = [
+        Poll(attrs.evolve(held, now=now), response, label)
+        for now in (r.updated_at, r.lease_expires_at - 1.0)
+        for label, response in responses(r)
+    ]
+    pending = _answer(r)
+    polls += [
+        Poll(attrs.evolve(held, worker_id=INTRUDER), pending, "pending"),
+        Poll(attrs.evolve(held, lease_token="lease-stale"), pending, "pending"),
+        *(Poll(attrs.evolve(held, now=now), pending, "pending")
+          for now in (r.lease_expires_at, r.lease_expires_at + 1.0)),
+    ]
+    return polls
+
+
+def _describe_poll(r: MonitorRecord, poll: Poll) -> str:
+    return f"{poll.label!r} {_describe_timed(r, poll.inputs)}"
+
+
+def completion_move(complete: Completer) -> Move[MonitorRecord, Poll]:
+    """The ``complete_poll`` move driven by ``complete`` (tests swap in a defective one)."""
+
+    def run(fire: Fire, record: MonitorRecord, poll: Poll) -> MonitorRecord:
+        answer = parse_answer(poll.response, record, CAPABILITIES_SHA256)
+        return complete(record, answer, poll.inputs, fire)
+
+    return Move(
+        name="complete_poll",
+        triggers=("observe_progress", "observe_success", "observe_failure", "fail_attempt"),
+        choices=poll_choices, run=run, strategy=poll_strategy, describe=_describe_poll,
+        meaning="the lease holder completes the poll with the receiver's response",
+    )
+
+
+# --- reader_error: the read raised ------------------------------------------------------
+
+
+class ReaderError(Exception):
+    """A reader failure as a reader raises it (attributes read by reader_error_code)."""
+
+    def __init__(self, code: object, cms_notification_failure: bool, retryable: object) -> None:
+        super().__init__(code)
+        self.code = code
+        self.cms_notification_failure = cms_notification_failure
+        self.retryable = retryable
+
+    def __repr__(self) -> str:
+        return (f"ReaderError(code={self.code!r}, cms={self.cms_notification_failure}, "
+                f"retryable={self.retryable!r})")
+
+
+READER_ERRORS: tuple[BaseException, ...] = (
+    ReaderError("cms.timeout", True, True),
+    ReaderError("cms.timeout", True, False),
+    ReaderError("cms.timeout", False, True),
+    ReaderError("Not A Code", True, True),
+    RuntimeError("connection reset"),
+)
+
+
+@attrs.frozen
+class ReadFailure:
+    """A read that raised ``error`` while ``inputs`` held the lease."""
+
+    inputs: MonitorInputs
+    error: BaseException
+
+
+def reader_error_choices(r: MonitorRecord) -> list[ReadFailure]:
+    held = MonitorInputs(now=r.updated_at, policy=POLICY, worker_id=r.lease_owner,
+                         lease_token=r.lease_token, lease_seconds=LEASE_SECONDS)
+    return [ReadFailure(held, error) for error in READER_ERRORS]
+
+
+def run_reader_error(fire: Fire, record: MonitorRecord, failure: ReadFailure) -> MonitorRecord:
+    code, retryable = reader_error_code(failure.error)
+    inputs = attrs.evolve(failure.inputs, error_code=code, retryable=retryable)
+    result: MonitorRecord = fire("fail_attempt", record, inputs)
+    return result
+
+
+def _describe_failure(r: MonitorRecord, failure: ReadFailure) -> str:
+    return f"{failure.error!r} {_describe_timed(r, failure.inputs)}"
+
+
+# --- Hypothesis strategies (imported lazily: production never needs Hypothesis) ----------
+
+
+def _times_from(r: MonitorRecord, *marks: float | None) -> SearchStrategy[float]:
+    from hypothesis import strategies as st
+
+    return st.one_of(
+        st.sampled_from(_near(r.updated_at, *marks)),
+        st.floats(0.0, 2000.0).map(lambda offset: r.updated_at + offset),
+    )
+
+
+def claim_strategy(r: MonitorRecord) -> SearchStrategy[MonitorInputs]:
+    from hypothesis import strategies as st
+
+    return st.builds(
+        MonitorInputs, now=_times_from(r, r.next_poll_at), policy=st.just(POLICY),
+        worker_id=st.sampled_from([CLAIMER, "worker-b"]),
+        lease_token=st.sampled_from(["lease-x", "lease-y", f"lease-{r.poll_attempts + 1}"]),
+        lease_seconds=st.sampled_from([LEASE_SECONDS, 1.0, 30.0]),
+    )
+
+
+def expiry_strategy(r: MonitorRecord) -> SearchStrategy[MonitorInputs]:
+    from hypothesis import strategies as st
+
+    return st.builds(MonitorInputs, now=_times_from(r, r.lease_expires_at), policy=st.just(POLICY))
+
+
+def _holder_inputs(r: MonitorRecord) -> SearchStrategy[MonitorInputs]:
+    from hypothesis import strategies as st
+
+    identity = st.sampled_from([
+        (r.lease_owner, r.lease_token), (r.lease_owner, r.lease_token),
+        (r.lease_owner, r.lease_token), (INTRUDER, r.lease_token), (r.lease_owner, "lease-stale"),
+    ])
+    return st.builds(
+        lambda who, now: MonitorInputs(now=now, policy=POLICY, worker_id=who[0],
+                                       lease_token=who[1], lease_seconds=LEASE_SECONDS),
+        identity,
+        st.one_of(st.just(r.updated_at), _times_from(r, r.lease_expires_at)),
+    )
+
+
+def generated_response(r: MonitorRecord) -> SearchStrategy[dict[str, Any]]:
+    """Well-typed responses with every field drawn independently, most of them inconsistent."""
+    from hypothesis import strategies as st
+
+    time_or_none = st.one_of(st.none(), st.floats(0.0, 5000.0))
+    return st.builds(
+        lambda status, attempts, maximum, lease, expired, error, processed: _answer(
+            r, processing_status=status, attempts=attempts, max_attempts=maximum,
+            lease_expires_at=lease, lease_expired=expired, last_error_code=error,
+            processed_at=processed,
+        ),
+        st.sampled_from(["pending", "leased", "retry_wait", "failed", "succeeded"]),
+        st.integers(0, 22), st.integers(0, 21), time_or_none, st.booleans(),
+        st.sampled_from([None, "cms.receiver_busy", "Bad Code"]), time_or_none,
+    )
+
+
+def poll_strategy(r: MonitorRecord) -> SearchStrategy[Poll]:
+    from hypothesis import strategies as st
+
+    labelled = st.one_of(
+        st.sampled_from(responses(r)),
+        generated_response(r).map(lambda response: ("generated", response)),
+    )
+    return st.builds(lambda inputs, pair: Poll(inputs, pair[1], pair[0]),
+                     _holder_inputs(r), labelled)
+
+
+def reader_error_strategy(r: MonitorRecord) -> SearchStrategy[ReadFailure]:
+    from hypothesis import strategies as st
+
+    error = st.one_of(
+        st.sampled_from(READER_ERRORS),
+        st.builds(ReaderError, st.sampled_from(["cms.timeout", "cms.gone", "X"]),
+                  st.booleans(), st.sampled_from([True, False, None])),
+    )
+    return st.builds(ReadFailure, _holder_inputs(r), error)
+
+
+def new_records() -> SearchStrategy[MonitorRecord]:
+    """Registered notifications: a few keys (so repeats happen), any max_failures, any time."""
+    from hypothesis import strategies as st
+
+    return st.builds(
+        lambda key, limit, now: new_record(
+            event_id=key, notification_id=f"ntf-{key}", site_id="site-1",
+            terminal_status="published", notification_sha256="a" * 64,
+            max_failures=limit, now=now,
+        ),
+        st.sampled_from(["evt-1", "evt-2", "evt-3"]), st.integers(1, 4),
+        st.sampled_from([0.0, START, START + 0.5]),
+    )
+
+
+# --- the declaration ----------------------------------------------------------------------
+
+
+def _complete(record: MonitorRecord, answer: ReceiverAnswer | None, inputs: MonitorInputs,
+              fire: FireMonitor) -> MonitorRecord:
+    return complete_with_answer(record, answer, inputs, fire)
+
+
+def monitor_exploration(complete: Completer = _complete) -> Exploration[MonitorRecord]:
+    """The monitor's exploration; ``complete`` is the answer rule under test."""
+    moves: Sequence[Move[MonitorRecord, Any]] = (
+        trigger_move("claim", claim_inputs, strategy=claim_strategy, describe=_describe_timed,
+                     meaning="a worker leases the item"),
+        trigger_move("expire_lease", expiry_inputs, strategy=expiry_strategy,
+                     describe=_describe_timed, meaning="recovery of an expired lease"),
+        completion_move(complete),
+        Move(name="reader_error", triggers=("fail_attempt",), choices=reader_error_choices,
+             run=run_reader_error, strategy=reader_error_strategy, describe=_describe_failure,
+             meaning="the lease holder's read raised"),
+    )
+    return Exploration(
+        lifecycle=MONITOR,
+        initial=initial_records,
+        moves=tuple(moves),
+        abstraction=abstraction,
+        abstraction_doc=(
+            "times as before/at/after updated_at; lease owner and token by presence; "
+            "poll_attempts capped at max_failures"
+        ),
+        bounds=(
+            "max_failures 1..3; 16 receiver responses (6 valid, 8 rejected by parse_answer, "
+            "2 invariant-breaking); 5 reader errors; now at the clock and 1 s before/at/after "
+            "the next poll and the lease expiry; holder, intruder, stale token"
+        ),
+        new_records=new_records,
+    )
+
+
+EXPLORATION = monitor_exploration()
