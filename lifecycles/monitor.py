@@ -44,11 +44,11 @@ from lifecycles.machines.monitor import (
     MonitorInputs,
     ReceiverAnswer,
     RetryPolicy,
+    complete_with_answer,
     new_record,
     parse_answer,
     reader_error_code,
     token,
-    trigger_for_answer,
 )
 from lifecycles.stores.base import StaleRecord, Store, StoreError, UniqueViolation
 from lifecycles.stores.sqlite import MonitorSchema, SQLiteStore
@@ -137,15 +137,16 @@ def blocked(code: str, rules: tuple[str, ...] = ()) -> TerminalProcessingMonitor
 
 
 @contextmanager
-def _public_errors(lost: str = "claim_lost") -> Iterator[None]:
+def _public_errors() -> Iterator[None]:
     """Translate engine and store errors into the facade's one exception type."""
     try:
         yield
     except InvariantViolation as error:
         raise blocked(error.code, error.rules) from error
+    except StaleRecord as error:
+        raise blocked(CODE + "claim_lost") from error
     except (TransitionRefused, StoreError) as error:
-        code = CODE + lost if isinstance(error, StaleRecord) else error.code
-        raise blocked(code) from error
+        raise blocked(error.code) from error
 
 
 @contextmanager
@@ -425,26 +426,30 @@ class DurableTerminalProcessingMonitor:
         )
 
     def _complete(self, event_id: str, lease: MonitorInputs, answer: ReceiverAnswer | None) -> None:
-        """Record the receiver's answer; an answer that cannot be trusted fails the item.
+        """Record the receiver's answer, or fail the item when the answer cannot be trusted.
 
-        "Cannot be trusted" covers both an answer :func:`parse_answer` refused and one
-        whose resulting record would break an invariant (the reference's defect).
+        The rule (:func:`complete_with_answer`) is the machine's; here it only fires
+        through the store, in one transaction with the re-read of the leased record.
         """
-        if answer is not None:
-            step = attrs.evolve(lease, answer=answer)
-            with _public_errors(lost="completion_lost"), self.store.transaction():
-                record = self._leased_record(event_id)
-                try:
-                    self.store.fire(record, trigger_for_answer(answer), step)
-                    return
-                except InvariantViolation:
-                    pass  # nothing was written; the answer is refused below
-        self._fail(event_id, lease, CODE + "response_invalid", False)
+        with _public_errors(), self.store.transaction():
+            complete_with_answer(
+                self._leased_record(event_id), answer, lease, fire=self._fire_stored
+            )
 
     def _fail(self, event_id: str, lease: MonitorInputs, code: str, retryable: bool) -> None:
         step = attrs.evolve(lease, error_code=code, retryable=retryable)
-        with _public_errors(lost="failure_lost"), self.store.transaction():
-            self.store.fire(self._leased_record(event_id), "fail_attempt", step)
+        with _public_errors(), self.store.transaction():
+            self._fire_stored("fail_attempt", self._leased_record(event_id), step)
+
+    def _fire_stored(
+        self, trigger: str, record: MonitorRecord, inputs: MonitorInputs
+    ) -> MonitorRecord:
+        """Fire and compare-and-set; a lost race is the reference's completion/failure_lost."""
+        try:
+            return self.store.fire(record, trigger, inputs)
+        except StaleRecord as error:
+            lost = "failure_lost" if trigger == "fail_attempt" else "completion_lost"
+            raise blocked(CODE + lost) from error
 
     def _leased_record(self, event_id: str) -> MonitorRecord:
         record = self.store.get(event_id)
