@@ -14,6 +14,7 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "lifecycles.cli_monitor",
     "lifecycles.checker",
+    "lifecycles.diagrams",
 )
 
 

@@ -1,0 +1,318 @@
+"""Diagrams and auditor pages generated from the lifecycle tables, with a drift check.
+
+For every lifecycle in :func:`lifecycles.registry.registered`, ``diagrams/`` holds:
+
+* ``<name>.mmd``: a Mermaid ``stateDiagram-v2``. Its edges are drawn by the
+  ``transitions`` library's Mermaid engine; the title, the creation edge, the final
+  markers and the styling are written from the table, because that engine drops its
+  title, styles by a model's current state, marks no final status and breaks on
+  statuses named like Mermaid keywords (the whole diagram is then written from the
+  table). :mod:`lifecycles.diagrams_pictures` says where and why in detail.
+* ``<name>.dot`` and ``<name>.svg``: the same table through Graphviz (``dot -Tsvg``).
+* ``<name>.md``: the auditor's page (:mod:`lifecycles.diagrams_page`).
+
+plus ``README.md`` (the index) and ``graphviz-version.txt`` (the Graphviz version and
+font that drew the SVG files).
+
+``lifecycles diagrams`` writes them; ``lifecycles diagrams --check`` generates them
+in memory, compares with the directory and names each drifted, missing or extra
+file (exit 1), else exits 0. Output is deterministic: no timestamps, table and
+declaration order only. SVG bytes depend on the Graphviz version and font, so SVG
+files are compared only where the installed Graphviz identity equals the recorded
+one, and the check says when it skips them. Without ``dot`` the SVG files are
+skipped (and said to be), and everything else is still written or checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from lifecycles.diagrams_page import index, page
+from lifecycles.diagrams_pictures import DiagramError, Graphviz, dot, find_graphviz, mermaid
+from lifecycles.machines.core import Lifecycle
+
+AnyLifecycle = Lifecycle[Any, Any]
+
+GRAPHVIZ_VERSION_FILE = "graphviz-version.txt"
+INDEX_FILE = "README.md"
+INSTALL_GRAPHVIZ = "apt-get install -y graphviz"
+NO_DIRECTORY = "lifecycles.diagrams.directory_not_found"
+
+
+@attrs.frozen
+class Generation:
+    """Every generated file of a set of lifecycles, by file name, in a stable order.
+
+    ``renderer_dependent`` names the files whose bytes depend on the installed
+    Graphviz (the SVG files and the version file); ``not_rendered`` names those of
+    them that could not be drawn because ``dot`` is absent.
+    """
+
+    files: Mapping[str, bytes]
+    renderer_dependent: frozenset[str]
+    not_rendered: tuple[str, ...]
+    graphviz: Graphviz | None
+
+    @property
+    def expected(self) -> frozenset[str]:
+        """Every file name the directory should hold."""
+        return frozenset(self.files) | frozenset(self.not_rendered)
+
+
+@attrs.frozen
+class Drift:
+    """What a drift check found; ``clean`` when nothing drifted, is missing or is extra."""
+
+    drifted: tuple[str, ...]
+    missing: tuple[str, ...]
+    extra: tuple[str, ...]
+    compared: tuple[str, ...]
+    not_compared: tuple[str, ...]
+    reason_not_compared: str | None
+
+    @property
+    def clean(self) -> bool:
+        return not (self.drifted or self.missing or self.extra)
+
+
+@attrs.frozen
+class Written:
+    """What :func:`write` changed."""
+
+    written: tuple[str, ...]
+    unchanged: tuple[str, ...]
+    removed: tuple[str, ...]
+
+
+def generate(
+    lifecycles: Mapping[str, AnyLifecycle], graphviz: Graphviz | None
+) -> Generation:
+    """Every file for ``lifecycles``, drawn with ``graphviz`` (``None``: no SVG)."""
+    files: dict[str, bytes] = {}
+    renderer_dependent = {GRAPHVIZ_VERSION_FILE}
+    for name in sorted(lifecycles):
+        lifecycle = lifecycles[name]
+        mermaid_source = mermaid(lifecycle)
+        dot_source = dot(lifecycle)
+        files[f"{name}.mmd"] = mermaid_source.encode()
+        files[f"{name}.dot"] = dot_source.encode()
+        files[f"{name}.md"] = page(
+            lifecycle, mermaid_source,
+            svg_name=f"{name}.svg", dot_name=f"{name}.dot", mermaid_name=f"{name}.mmd",
+        ).encode()
+        renderer_dependent.add(f"{name}.svg")
+        if graphviz is not None:
+            files[f"{name}.svg"] = graphviz.svg(dot_source)
+    files[INDEX_FILE] = index({name: lifecycles[name] for name in sorted(lifecycles)}).encode()
+    if graphviz is not None:
+        files[GRAPHVIZ_VERSION_FILE] = graphviz.identity.encode()
+    not_rendered = () if graphviz is not None else tuple(sorted(renderer_dependent))
+    return Generation(
+        files=dict(sorted(files.items())),
+        renderer_dependent=frozenset(renderer_dependent),
+        not_rendered=not_rendered,
+        graphviz=graphviz,
+    )
+
+
+def check(directory: Path, generation: Generation) -> Drift:
+    """Compare ``generation`` with ``directory`` without writing anything."""
+    present = _files_in(directory)
+    skip: set[str] = set(generation.not_rendered)
+    reason: str | None = None
+    if generation.graphviz is None:
+        reason = f"Graphviz `dot` is not on PATH (install: {INSTALL_GRAPHVIZ})"
+    else:
+        recorded = _read(directory / GRAPHVIZ_VERSION_FILE)
+        installed = generation.files[GRAPHVIZ_VERSION_FILE]
+        if recorded is not None and recorded != installed:
+            skip |= generation.renderer_dependent
+            reason = (
+                f"they were drawn by {_one_line(recorded)}; this machine has "
+                f"{_one_line(installed)}"
+            )
+    drifted, missing, compared = [], [], []
+    for name, content in generation.files.items():
+        if name in skip:
+            continue
+        on_disk = _read(directory / name)
+        if on_disk is None:
+            missing.append(name)
+        else:
+            compared.append(name)
+            if on_disk != content:
+                drifted.append(name)
+    extra = sorted(present - generation.expected)
+    return Drift(
+        drifted=tuple(drifted),
+        missing=tuple(missing),
+        extra=tuple(extra),
+        compared=tuple(compared),
+        not_compared=tuple(sorted(skip)),
+        reason_not_compared=reason,
+    )
+
+
+def write(directory: Path, generation: Generation) -> Written:
+    """Write every generated file that differs, atomically; remove stale generated files.
+
+    Files that could not be drawn (no ``dot``) are left as they are.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    written, unchanged = [], []
+    for name, content in generation.files.items():
+        target = directory / name
+        if _read(target) == content:
+            unchanged.append(name)
+            continue
+        _replace(target, content)
+        written.append(name)
+    removed = sorted(_files_in(directory) - generation.expected)
+    for name in removed:
+        (directory / name).unlink()
+    return Written(tuple(written), tuple(unchanged), tuple(removed))
+
+
+def _replace(target: Path, content: bytes) -> None:
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(content)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _files_in(directory: Path) -> set[str]:
+    if not directory.is_dir():
+        return set()
+    return {
+        entry.name
+        for entry in directory.iterdir()
+        if not entry.name.startswith(".") and (entry.is_file() or entry.is_dir())
+    }
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+def _one_line(identity: bytes) -> str:
+    return "; ".join(identity.decode(errors="replace").strip().splitlines()) or "(empty)"
+
+
+# --- where the diagrams live ---------------------------------------------------------
+
+
+class DirectoryNotFound(Exception):
+    """No diagrams directory was named and none was found; ``code`` is stable."""
+
+    code = NO_DIRECTORY
+
+
+def resolve_directory(explicit: str | None, start: Path | None = None) -> Path:
+    """The diagrams directory: ``explicit`` if given; else ``./diagrams`` if it exists;
+    else the ``diagrams/`` beside the ``pyproject.toml`` of the nearest enclosing project."""
+    if explicit is not None:
+        return Path(explicit)
+    here = (start or Path.cwd()).resolve()
+    if (here / "diagrams").is_dir():
+        return here / "diagrams"
+    for base in here.parents:
+        if (base / "pyproject.toml").is_file() and (base / "diagrams").is_dir():
+            return base / "diagrams"
+    raise DirectoryNotFound(
+        f"{NO_DIRECTORY}: no diagrams/ directory in {here} or in an enclosing project; "
+        "run from the project root or pass --output DIR"
+    )
+
+
+# --- the command -----------------------------------------------------------------------
+
+
+def register(subparsers: Any) -> None:
+    """Add ``lifecycles diagrams [--check] [--output DIR]``."""
+    parser = subparsers.add_parser(
+        "diagrams",
+        help="generate diagrams and auditor pages from the tables (or --check for drift)",
+        description=(
+            "Write every lifecycle's Mermaid, Graphviz and Markdown pages into the "
+            "diagrams directory, or with --check compare them with what the tables give "
+            "now and exit 1 on any drift."
+        ),
+    )
+    parser.add_argument(
+        "--check", action="store_true",
+        help="write nothing; name each drifted, missing or extra file and exit 1 if any",
+    )
+    parser.add_argument(
+        "--output", "--dir", dest="output", metavar="DIR", default=None,
+        help="the diagrams directory (default: ./diagrams, else the project's diagrams/)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``diagrams`` command: 0 when written or clean, 1 on drift, 2 on an error."""
+    from lifecycles.registry import registered
+
+    try:
+        directory = resolve_directory(args.output)
+        generation = generate(registered(), find_graphviz())
+    except (DirectoryNotFound, DiagramError) as error:
+        print(f"lifecycles diagrams: {error}")
+        return 2
+    if args.check:
+        return report_check(directory, check(directory, generation))
+    return report_write(directory, write(directory, generation), generation)
+
+
+def report_check(directory: Path, drift: Drift) -> int:
+    """Print what the check found; the exit code."""
+    for label, names in (("drifted", drift.drifted), ("missing", drift.missing),
+                         ("extra", drift.extra)):
+        for name in names:
+            print(f"{label}: {directory / name}")
+    if drift.not_compared:
+        print(
+            f"not compared: {', '.join(drift.not_compared)}, because "
+            f"{drift.reason_not_compared}"
+        )
+    if not drift.clean:
+        print(
+            f"diagrams in {directory} do not match the tables: run `lifecycles diagrams` "
+            "and commit the result"
+        )
+        return 1
+    print(f"diagrams in {directory} match the tables ({len(drift.compared)} files compared)")
+    return 0
+
+
+def report_write(directory: Path, written: Written, generation: Generation) -> int:
+    """Print what was written; the exit code."""
+    for name in written.written:
+        print(f"wrote {directory / name}")
+    for name in written.removed:
+        print(f"removed {directory / name} (no registered lifecycle generates it)")
+    if generation.not_rendered:
+        print(
+            f"skipped {', '.join(generation.not_rendered)}: Graphviz `dot` is not on PATH "
+            f"(install: {INSTALL_GRAPHVIZ}); existing copies were left as they are"
+        )
+    print(
+        f"{len(written.written)} written, {len(written.unchanged)} unchanged, "
+        f"{len(written.removed)} removed in {directory}"
+    )
+    return 0
