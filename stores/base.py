@@ -29,7 +29,7 @@ Guarantees every implementation documents and the conformance suite checks:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
@@ -71,6 +71,12 @@ class Store(ABC, Generic[R]):
     the transition helpers below are written once on top of them."""
 
     lifecycle: Lifecycle[R, Any]
+
+    #: Optional: called with each newly leased record inside the claim's own
+    #: transaction, after the lease is written (an audit trail of lease grants, say,
+    #: written on the store's own connection). An exception it raises rolls the claim
+    #: back, so a lease is never granted without its record.
+    on_lease: Callable[[R], None] | None = None
 
     # -- primitives ----------------------------------------------------------------
 
@@ -162,6 +168,8 @@ class Store(ABC, Generic[R]):
                     continue
                 after = self.lifecycle.apply_row(row, candidate, inputs)
                 self.write(candidate, after, row)
+                if self.on_lease is not None:
+                    self.on_lease(after)
                 return after
             return None
 
