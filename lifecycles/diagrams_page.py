@@ -171,7 +171,8 @@ def _reaching_finals(lifecycle: AnyLifecycle) -> list[str]:
     shortest = _shortest_paths(lifecycle)
     for final in (s for s in statuses_in_flow_order(lifecycle) if lifecycle.statuses(s)
                   in lifecycle.final):
-        into = [row for row in lifecycle.rows if row.dest == final]
+        into = [row for row in lifecycle.rows if row.dest == final and row.source != final]
+        staying = [row for row in lifecycle.rows if row.dest == final and row.source == final]
         origins = _statuses_that_reach(lifecycle, final)
         out += [f"### `{final}`", ""]
         meaning = lifecycle.status_meanings.get(final)
@@ -196,6 +197,12 @@ def _reaching_finals(lifecycle: AnyLifecycle) -> list[str]:
             )
             out.append(f"- `{row.trigger}` from `{row.source}`, {conditions}.{effect}")
         out.append("")
+        if staying:
+            out += [
+                f"Once there, a record stays `{final}`; these rows fire on it without "
+                "leaving: " + "; ".join(f"`{row.label}`" for row in staying) + ".",
+                "",
+            ]
     return out
 
 

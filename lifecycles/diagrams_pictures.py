@@ -28,7 +28,9 @@ Graphviz. The DOT source is written here, not by the ``transitions`` Graphviz en
 needs ranks in the order work flows (left to right from the creation point, final
 statuses together in the last column), one edge per row with the trigger in bold
 and each guard on its own line, and the leased status filled and thick-bordered.
-The SVG is rendered by the ``dot`` program; its output depends on the Graphviz
+Rows that leave a status and return to it are drawn as one loop carrying every such
+row's label, because parallel loops are nested and cross each other's labels. The SVG
+is rendered by the ``dot`` program; its output depends on the Graphviz
 version and on the font it resolves, which :func:`find_graphviz` records.
 """
 
@@ -62,6 +64,7 @@ MERMAID_KEYWORDS = frozenset(
 # Parallel rows share one edge, one line per row: separate parallel edges make Mermaid's
 # layout stack their labels on top of each other.
 MERMAID_LINE_BREAK = "<br/>"
+LOOP_ROW_GAP = '<br/><font point-size="5"> </font><br/>'
 LEASED_FILL = "#fde68a"
 LEASED_STROKE = "#b45309"
 FINAL_FILL = "#e5e7eb"
@@ -243,12 +246,21 @@ def dot(lifecycle: AnyLifecycle) -> str:
         f"  __created__ -> {_dot_id(lifecycle.initial.value)} "
         f"[label=<<b>{escape(lifecycle.creation)}</b>>];"
     )
+    loops: dict[str, list[Row]] = {}
     for row in lifecycle.rows:
+        if row.source == row.dest:
+            loops.setdefault(row.source, []).append(row)
+            continue
         # minlen=2 puts the final statuses in a column of their own, after the loops.
         extra = ", color=\"#7f1d1d\", minlen=2" if row.dest in finals else ""
         lines.append(
             f"  {_dot_id(row.source)} -> {_dot_id(row.dest)} [label=<{_edge_label(row)}>{extra}];"
         )
+    # Parallel self-loops are drawn nested and cross each other's labels: one loop per
+    # status carries every row that stays there, one block of lines per row.
+    for status, rows in loops.items():
+        label = LOOP_ROW_GAP.join(_edge_label(row) for row in rows)
+        lines.append(f"  {_dot_id(status)} -> {_dot_id(status)} [label=<{label}>];")
     for name in order:
         if name in finals:
             lines.append(f"  {_dot_id(name)} -> __done__ [style=dotted, arrowhead=none];")
