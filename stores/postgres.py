@@ -367,7 +367,8 @@ class PostgresStore(Store[R]):
         self.schema = schema or PostgresSchema(lifecycle)
         self._depth = 0
         self._columns = {column.name: column for column in self.schema.columns}
-        self._prepare_statements()
+        with self._connection_errors():  # rendering identifiers asks the connection
+            self._prepare_statements()
         with self.transaction(), self._cursor() as cursor:
             # Workers starting together must not race on CREATE TABLE IF NOT EXISTS.
             cursor.execute(

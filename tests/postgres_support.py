@@ -13,8 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
-from tests.conftest import POSTGRES_DSN_VARIABLE
+from conftest import POSTGRES_DSN_VARIABLE
 
 DSN = os.environ.get(POSTGRES_DSN_VARIABLE)
 SKIP_REASON = (
