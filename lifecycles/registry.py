@@ -10,6 +10,7 @@ from lifecycles.machines.core import Lifecycle
 def registered() -> dict[str, Lifecycle[Any, Any]]:
     """Every shipped lifecycle, keyed by name, in a stable order."""
     from lifecycles.machines.monitor import MONITOR
+    from lifecycles.machines.outbox import OUTBOX
 
-    found: list[Lifecycle[Any, Any]] = [MONITOR]
+    found: list[Lifecycle[Any, Any]] = [MONITOR, OUTBOX]
     return {lifecycle.name: lifecycle for lifecycle in found}

@@ -1,0 +1,392 @@
+"""Durable, idempotent close-evidence outbox: the drop-in for the reference ``close_outbox``.
+
+Same public names, signatures, exceptions and messages, the same default state
+directory and the same on-disk layout and record bytes, so a directory written by
+the reference is read and continued here and the other way round. Underneath, the
+outbox is the :data:`~lifecycles.machines.outbox.OUTBOX` lifecycle on a
+:class:`~lifecycles.stores.files.FilesStore`: every change of a record is a row of
+its table, and every rule is a named rule of :mod:`lifecycles.invariants.outbox`.
+
+Delivery is at-least-once: the attempt is durably recorded before ``deliver`` is
+called, so a crash during delivery causes another attempt, never a lost intent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+from lifecycles.invariants.core import FieldRule
+from lifecycles.invariants.outbox import (
+    MAX_ERROR_LENGTH,
+    MAX_RECORD_FILE_BYTES,
+    OUTBOX_VERSION,
+    JsonRuleViolation,
+    OutboxRecord,
+    OutboxStatus,
+    action_known,
+    bounded_json,
+    canonical_json,
+    complete_carries_no_error_or_reopen,
+    describe,
+    entry_id_for,
+    error_is_text,
+    fail_carries_error,
+    intent_digest,
+    intent_within_payload_bound,
+    normalise_text,
+    reopen_is_boolean,
+    result_is_object,
+    run_id_syntax,
+    transaction_id_syntax,
+    version_supported,
+)
+from lifecycles.machines.core import TransitionRefused
+from lifecycles.machines.outbox import CONFLICT, OUTBOX, OutboxInputs
+from lifecycles.stores.files import (
+    FilesLayout,
+    FilesStore,
+    StoreMissing,
+    UnsafePath,
+    UntrustedRecord,
+)
+
+STATE_DIR_VARIABLE = "REIN_AHARNESS_STATE_DIR"
+OUTBOX_DIRECTORY = "close-outbox"
+
+# The reference's layout: pending/ and delivered/ hold <entry_id>.json; the
+# quarantine/ directory holds material and reason files; delivered is looked up first.
+OUTBOX_LAYOUT = FilesLayout(
+    directories={"pending": "pending", "delivered": "delivered", "quarantined": "quarantine"},
+    search_order=("delivered", "pending"),
+    quarantine_directory="quarantine",
+    quarantine_status="quarantined",
+    reason_field="last_error",
+    lock_name=".lock",
+    max_file_bytes=MAX_RECORD_FILE_BYTES,
+    noun="outbox record",
+)
+
+
+# --- errors ------------------------------------------------------------------------
+
+
+class CloseOutboxError(RuntimeError):
+    """Base error for invalid records or durable outbox operations."""
+
+    code = "close_outbox.error"
+
+    def __init__(self, message: str = "", *, rules: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.rules = rules
+
+
+class InvalidCloseRequestError(CloseOutboxError):
+    """A close intent is ambiguous, unbounded, or unsupported."""
+
+    code = "close_outbox.request_invalid"
+
+
+class OutboxConflictError(CloseOutboxError):
+    """One run/transaction identity was reused for a different close intent."""
+
+    code = CONFLICT
+
+
+class OutboxCorruptError(CloseOutboxError):
+    """A durable record cannot be safely decoded or validated."""
+
+    code = "close_outbox.record_invalid"
+
+
+class OutboxUnsafePathError(CloseOutboxError):
+    """A store directory or the lock file is a symbolic link or not what it must be."""
+
+    code = "close_outbox.unsafe_path"
+
+
+# --- requests ----------------------------------------------------------------------
+
+
+def _refuse(rule: FieldRule, value: object, message: str | None = None) -> None:
+    if not rule.check(value):
+        raise InvalidCloseRequestError(
+            message or describe(rule.name, value=value), rules=(rule.name,)
+        )
+
+
+# A dataclass, not attrs: the reference's CloseRequest is one, and callers may use
+# dataclasses.replace / asdict on it. Every check is a named rule of the outbox.
+@dataclass(frozen=True)
+class CloseRequest:
+    """One bounded Activity Core completion or failure intent."""
+
+    run_id: str
+    transaction_id: str
+    action: str
+    result: dict[str, Any]
+    error: str = ""
+    reopen: bool = False
+    version: str = OUTBOX_VERSION
+
+    def __post_init__(self) -> None:
+        # The reference's order, so the first broken rule is the one it would report.
+        _refuse(version_supported, self.version)
+        _refuse(run_id_syntax, self.run_id)
+        _refuse(transaction_id_syntax, self.transaction_id)
+        _refuse(action_known, self.action)
+        _refuse(result_is_object, self.result)
+        try:
+            result = bounded_json(self.result)
+        except JsonRuleViolation as error:
+            raise InvalidCloseRequestError(error.message, rules=(error.rule,)) from None
+        object.__setattr__(self, "result", result)
+        _refuse(error_is_text, self.error)
+        object.__setattr__(self, "error", normalise_text(self.error, MAX_ERROR_LENGTH))
+        _refuse(reopen_is_boolean, self.reopen)
+        as_record = cast(OutboxRecord, self)  # the invariants read only intent fields
+        for rule in (
+            complete_carries_no_error_or_reopen,
+            fail_carries_error,
+            intent_within_payload_bound,
+        ):
+            if not rule.holds(as_record):
+                raise InvalidCloseRequestError(describe(rule.name), rules=(rule.name,))
+
+    @property
+    def entry_id(self) -> str:
+        return entry_id_for(self.run_id, self.transaction_id)
+
+    @property
+    def intent_digest(self) -> str:
+        return intent_digest(self.intent())
+
+    def intent(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "entry_id": self.entry_id,
+            "run_id": self.run_id,
+            "transaction_id": self.transaction_id,
+            "action": self.action,
+            "result": self.result,
+            "error": self.error,
+            "reopen": self.reopen,
+        }
+
+    def detached_copy(self) -> CloseRequest:
+        return dataclasses.replace(self, result=json.loads(json.dumps(self.result)))
+
+
+@dataclass(frozen=True)
+class EnqueueReceipt:
+    entry_id: str
+    created: bool
+    state: str
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    attempted: int = 0
+    delivered: int = 0
+    failed: int = 0
+    quarantined: int = 0
+    remaining: int = 0
+
+
+def new_record(request: CloseRequest, now: str) -> OutboxRecord:
+    """The record ``enqueue`` creates: pending, nothing attempted."""
+    return OutboxRecord(
+        version=request.version,
+        run_id=request.run_id,
+        transaction_id=request.transaction_id,
+        action=request.action,
+        result=request.result,
+        error=request.error,
+        reopen=request.reopen,
+        entry_id=request.entry_id,
+        state=OutboxStatus.PENDING,
+        attempts=0,
+        created_at=now,
+        last_attempt_at=None,
+        last_error=None,
+    )
+
+
+def request_of(record: OutboxRecord) -> CloseRequest:
+    """A fresh request (its own copy of the result) carrying ``record``'s intent."""
+    return CloseRequest(
+        run_id=record.run_id,
+        transaction_id=record.transaction_id,
+        action=record.action,
+        result=json.loads(canonical_json(record.result)),
+        error=record.error,
+        reopen=record.reopen,
+        version=record.version,
+    )
+
+
+def default_state_dir() -> Path:
+    """REIN_AHARNESS_STATE_DIR, else $XDG_STATE_HOME/rein-aharness, else ~/.local/state/..."""
+    explicit = os.environ.get(STATE_DIR_VARIABLE, "").strip()
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    xdg = os.environ.get("XDG_STATE_HOME", "").strip()
+    if xdg:
+        return (Path(xdg).expanduser() / "rein-aharness").resolve()
+    return (Path.home() / ".local" / "state" / "rein-aharness").resolve()
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def corrupt_message(error: UntrustedRecord) -> str:
+    """The reference's message for a stored file that breaks ``error.rules[0]``."""
+    rule = error.rules[0]
+    if rule in ("record_decodes", "record_keys_exact", "status_matches_directory", "record_shape"):
+        return error.detail
+    return describe(rule, error.field, error.value)
+
+
+def quarantine_reason(error: UntrustedRecord) -> str:
+    """What the reason file says: the reference's message and the rules broken."""
+    return f"{corrupt_message(error)} (rules: {', '.join(error.rules)})"
+
+
+# --- the outbox ----------------------------------------------------------------------
+
+
+class CloseOutbox:
+    """Process-safe durable store for close intents and replay outcomes."""
+
+    def __init__(self, *, state_dir: Path | None = None) -> None:
+        self.state_dir = (
+            Path(state_dir).expanduser().resolve() if state_dir else default_state_dir()
+        )
+        self.root = self.state_dir / OUTBOX_DIRECTORY
+        self.pending_dir = self.root / "pending"
+        self.delivered_dir = self.root / "delivered"
+        self.quarantine_dir = self.root / "quarantine"
+        self.lock_path = self.root / OUTBOX_LAYOUT.lock_name
+        with _translated_store_errors():
+            self.store: FilesStore[OutboxRecord] = FilesStore(OUTBOX, self.root, OUTBOX_LAYOUT)
+
+    def enqueue(self, request: CloseRequest) -> EnqueueReceipt:
+        """Persist one intent or return its existing identical durable state."""
+        if not isinstance(request, CloseRequest):
+            raise InvalidCloseRequestError("request must be a CloseRequest")
+        entry_id = request.entry_id
+        with _translated_store_errors(), self.store.locked():
+            try:
+                found = self.store.get(entry_id)
+            except UntrustedRecord as error:
+                if error.rules[0] == "status_matches_directory":
+                    message = f"outbox record directory/state mismatch: expected {error.directory}"
+                else:
+                    message = corrupt_message(error)
+                raise OutboxCorruptError(message, rules=error.rules) from error
+            if found is None:
+                if self.store.has_quarantined(entry_id):
+                    raise _quarantined_identity()
+                self.store.insert(OUTBOX.create(new_record(request, _now())))
+                return EnqueueReceipt(entry_id, True, OutboxStatus.PENDING.value)
+            inputs = OutboxInputs(_now(), intent_digest=request.intent_digest)
+            try:
+                self.store.fire(found, "enqueue", inputs)
+            except TransitionRefused as refused:
+                if refused.code == CONFLICT:
+                    raise OutboxConflictError(
+                        "run/transaction identity already has a different close intent",
+                        rules=(refused.guard or "same_intent",),
+                    ) from None
+                raise _quarantined_identity() from None
+            return EnqueueReceipt(entry_id, False, found.state.value)
+
+    def replay(
+        self,
+        deliver: Callable[[CloseRequest], Any],
+        *,
+        limit: int = 100,
+    ) -> ReplayReport:
+        """Attempt pending deliveries once each without executing workload code."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ValueError("limit must be an integer between 1 and 1000")
+        attempted = delivered = failed = quarantined = 0
+        pending = OutboxStatus.PENDING.value
+        with _translated_store_errors(), self.store.locked():
+            names, total = self.store.first_names(pending, limit)
+            changes_before = self.store.changes_seen(pending)
+            for name in names:
+                try:
+                    record = self.store.read_named(pending, name)
+                except UntrustedRecord as error:
+                    self.store.quarantine_material(pending, name, quarantine_reason(error))
+                    quarantined += 1
+                    continue
+                if record is None:
+                    continue  # taken by a nested call of this process while we delivered
+                if self.store.exists(record.entry_id, OutboxStatus.DELIVERED.value):
+                    reason = "pending entry conflicts with existing delivered material"
+                    self.store.fire(record, "quarantine", OutboxInputs(_now(), reason=reason))
+                    quarantined += 1
+                    continue
+                attempted += 1
+                attempted_at = _now()
+                trying = self.store.fire(record, "attempt", OutboxInputs(attempted_at))
+                try:
+                    deliver(request_of(trying))
+                except Exception as exc:
+                    error_text = f"{type(exc).__name__}: close delivery failed"
+                    inputs = OutboxInputs(attempted_at, error=error_text)
+                    self.store.fire(trying, "fail_delivery", inputs)
+                    failed += 1
+                    continue
+                self.store.fire(trying, "deliver", OutboxInputs(attempted_at))
+                delivered += 1
+            remaining = total + self.store.changes_seen(pending) - changes_before
+            return ReplayReport(
+                attempted=attempted,
+                delivered=delivered,
+                failed=failed,
+                quarantined=quarantined,
+                remaining=remaining,
+            )
+
+    def pending_count(self) -> int:
+        with _translated_store_errors():
+            return self.store.count(OutboxStatus.PENDING.value)
+
+
+def _quarantined_identity() -> OutboxCorruptError:
+    return OutboxCorruptError("run/transaction identity has quarantined outbox material")
+
+
+@contextmanager
+def _translated_store_errors() -> Iterator[None]:
+    try:
+        yield
+    except (UnsafePath, StoreMissing) as error:
+        raise OutboxUnsafePathError(str(error)) from error
+
+
+__all__ = [
+    "OUTBOX_LAYOUT",
+    "OUTBOX_VERSION",
+    "CloseOutbox",
+    "CloseOutboxError",
+    "CloseRequest",
+    "EnqueueReceipt",
+    "InvalidCloseRequestError",
+    "OutboxConflictError",
+    "OutboxCorruptError",
+    "OutboxUnsafePathError",
+    "ReplayReport",
+    "default_state_dir",
+]

@@ -1,0 +1,172 @@
+"""The close outbox: deliver each close intent at least once, or set it aside with a reason.
+
+Rules, in prose (the table below is the spec):
+
+* ``enqueue`` of a new identity creates the record in ``pending`` (``Lifecycle.create``).
+* ``enqueue`` of an identity already pending or delivered with the very same intent is
+  a row that changes nothing; a different intent is refused by ``same_intent`` with
+  ``close_outbox.conflict``.
+* ``attempt`` durably counts a delivery attempt before the deliver callback runs
+  (attempts + 1, last_attempt_at = now, last_error cleared), so delivery is
+  at-least-once: a crash after it only causes another attempt.
+* Then ``deliver`` moves the record to ``delivered``, or ``fail_delivery`` keeps it
+  ``pending`` with a bounded error; both need the attempt recorded first.
+* ``quarantine`` sets a pending record that cannot be trusted aside, with its reason.
+  Material that is not a record at all (truncated, not JSON, ...) cannot fire a row;
+  the store moves it to the same quarantine directory with a reason file.
+
+Time enters as an input (an ISO timestamp with a timezone, or an aware ``datetime``);
+nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from lifecycles.invariants.outbox import (
+    MAX_LAST_ERROR_LENGTH,
+    MAX_REASON_LENGTH,
+    OUTBOX_INVARIANTS,
+    RECORD_INVALID,
+    OutboxRecord,
+    OutboxStatus,
+    intent_digest,
+    normalise_text,
+    timestamp_problem,
+)
+from lifecycles.machines.core import Changes, Lifecycle, effect, guard
+
+CODE = "close_outbox."
+CONFLICT = CODE + "conflict"
+NOT_ALLOWED = CODE + "transition_refused"
+
+TABLE: list[dict[str, Any]] = [
+    {"trigger": "enqueue", "source": "pending", "dest": "pending",
+     "conditions": ["same_intent"]},
+    {"trigger": "enqueue", "source": "delivered", "dest": "delivered",
+     "conditions": ["same_intent"]},
+    {"trigger": "attempt", "source": "pending", "dest": "pending",
+     "after": "record_attempt"},
+    {"trigger": "deliver", "source": "pending", "dest": "delivered",
+     "conditions": ["attempt_recorded"]},
+    {"trigger": "fail_delivery", "source": "pending", "dest": "pending",
+     "conditions": ["attempt_recorded", "error_described"], "after": "record_delivery_error"},
+    {"trigger": "quarantine", "source": "pending", "dest": "quarantined",
+     "conditions": ["reason_given"], "after": "record_quarantine_reason"},
+]
+
+
+# --- inputs ---------------------------------------------------------------------
+
+
+def iso_timestamp(value: object) -> str:
+    """An aware ``datetime`` becomes its ISO form; a string must already be one."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("now must be timezone-aware")
+        return value.isoformat()
+    problem = timestamp_problem(value, "now")
+    if problem is not None:
+        raise ValueError(problem)
+    return str(value)
+
+
+@attrs.frozen
+class OutboxInputs:
+    """What one outbox transition reads besides the record: time, and the why."""
+
+    now: str = attrs.field(converter=iso_timestamp)
+    intent_digest: str | None = None
+    error: str | None = None
+    reason: str | None = None
+
+
+# --- guards ---------------------------------------------------------------------
+
+Record = OutboxRecord
+Inputs = OutboxInputs
+
+
+@guard(refusal_code=CONFLICT)
+def same_intent(r: Record, i: Inputs) -> bool:
+    """The enqueued intent is byte-for-byte the stored one (equal intent digests)."""
+    return i.intent_digest is not None and intent_digest(r.intent()) == i.intent_digest
+
+
+@guard(refusal_code=CODE + "not_attempted")
+def attempt_recorded(r: Record, i: Inputs) -> bool:
+    """An attempt was durably counted and not yet answered: attempts >= 1, no last_error."""
+    return r.attempts >= 1 and r.last_attempt_at is not None and r.last_error is None
+
+
+@guard(refusal_code=CODE + "error_missing")
+def error_described(r: Record, i: Inputs) -> bool:
+    """The failed delivery comes with a non-empty description."""
+    return bool(i.error and normalise_text(i.error, MAX_LAST_ERROR_LENGTH))
+
+
+@guard(refusal_code=CODE + "reason_missing")
+def reason_given(r: Record, i: Inputs) -> bool:
+    """Quarantine comes with a non-empty reason."""
+    return bool(i.reason and normalise_text(i.reason, MAX_REASON_LENGTH))
+
+
+# --- effects --------------------------------------------------------------------
+
+
+@effect("attempts", "last_attempt_at", "last_error")
+def record_attempt(r: Record, i: Inputs) -> Changes:
+    """Count one more attempt at now and clear the previous error."""
+    return {"attempts": r.attempts + 1, "last_attempt_at": i.now, "last_error": None}
+
+
+@effect("last_error")
+def record_delivery_error(r: Record, i: Inputs) -> Changes:
+    """Keep the failure's description, whitespace-normalised and cut to 1000 characters."""
+    return {"last_error": normalise_text(i.error or "", MAX_LAST_ERROR_LENGTH)}
+
+
+@effect("last_error")
+def record_quarantine_reason(r: Record, i: Inputs) -> Changes:
+    """Keep the quarantine reason in last_error, normalised and cut to 1000 characters."""
+    return {"last_error": normalise_text(i.reason or "", MAX_REASON_LENGTH)}
+
+
+OUTBOX: Lifecycle[OutboxRecord, OutboxInputs] = Lifecycle(
+    name="outbox",
+    description=(
+        "Deliver each close intent at least once through a callback, keep failures "
+        "pending with a bounded error, and quarantine what cannot be trusted."
+    ),
+    statuses=OutboxStatus,
+    table=TABLE,
+    initial=OutboxStatus.PENDING,
+    final=[OutboxStatus.DELIVERED, OutboxStatus.QUARANTINED],
+    creation="enqueue",
+    guards=[same_intent, attempt_recorded, error_described, reason_given],
+    effects=[record_attempt, record_delivery_error, record_quarantine_reason],
+    invariants=OUTBOX_INVARIANTS,
+    record_type=OutboxRecord,
+    key_field="entry_id",
+    status_field="state",
+    not_allowed_code=NOT_ALLOWED,
+    status_meanings={
+        "pending": "Enqueued; replay attempts delivery (again after a failure).",
+        "delivered": "The deliver callback returned. Final.",
+        "quarantined": "Set aside with a reason; never delivered automatically. Final.",
+    },
+)
+
+__all__ = [
+    "CONFLICT",
+    "OUTBOX",
+    "RECORD_INVALID",
+    "TABLE",
+    "OutboxInputs",
+    "OutboxRecord",
+    "OutboxStatus",
+    "iso_timestamp",
+]

@@ -1,0 +1,977 @@
+"""A filesystem store: one directory per status, one canonical-JSON file per record.
+
+Any lifecycle whose records are JSON-serialisable can live here. The layout::
+
+    <root>/.lock                      flock'ed around every operation
+    <root>/<status dir>/<stem>.json   one record, canonical JSON + newline, mode 0600
+    <root>/quarantine/<stem>.<tag>.json        material the store cannot trust
+    <root>/quarantine/<stem>.<tag>.error.json  {"entry_id", "quarantined_at", "reason"}
+
+``<stem>`` is the record's key when it matches :data:`SAFE_STEM`, otherwise ``_`` and
+the key's SHA-256, so no path is ever built from unchecked input. Directories are
+0700 and files 0600 whatever the umask.
+
+Guarantees (beyond :mod:`lifecycles.stores.base`):
+
+* **Durability.** A write is: temp file in the destination directory (``O_EXCL``),
+  write, ``fsync``, ``rename`` over the final name, ``fsync`` of the directory. A move
+  to another status writes the destination that way, then unlinks the source and
+  ``fsync``s the source directory. When a store call returns, what it wrote is on
+  disk; a reader never sees a partly written file under a final name.
+* **Transactions.** Writes inside :meth:`FilesStore.transaction` are staged and
+  applied on exit, record by record; an exception discards them (inner transactions
+  are savepoints). A crash *during* that apply can leave a prefix of a multi-record
+  transaction applied, each file whole; a crash inside a move can leave the record
+  in both directories, and :meth:`FilesStore.get` then trusts the first directory of
+  the layout's ``search_order``.
+* **Locking.** Every operation holds an exclusive ``flock`` on ``.lock``: safe across
+  processes; within a process a re-entrant guard per lock file (keyed by its inode)
+  lets nested use by the same thread proceed, even through a second store object,
+  and serialises threads.
+* **No symlinks followed.** Below the caller's parent directory, every open is
+  relative to a directory descriptor with ``O_NOFOLLOW``; directories are opened with
+  ``O_DIRECTORY | O_NOFOLLOW``. A planted link at a directory or the lock file makes
+  the store refuse to operate (:class:`UnsafePath`); one at a record path is material
+  it cannot trust.
+* **Quarantine.** Material that is not a valid record (unreadable, too big, not
+  JSON, wrong keys, broken rules, in the wrong directory) is reported as
+  :class:`UntrustedRecord`; :meth:`FilesStore.quarantine_material` moves it aside with
+  a reason file. The lease queries quarantine it themselves, so one bad file never
+  blocks a queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import heapq
+import json
+import os
+import re
+import secrets
+import stat
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+
+from lifecycles.invariants.core import FieldRuleViolation, InvariantViolation
+from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.stores.base import StaleRecord, Store, StoreError
+
+R = TypeVar("R")
+
+SUFFIX = ".json"
+ERROR_SUFFIX = ".error.json"
+SAFE_STEM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}")
+HASHED_STEM = re.compile(r"_[0-9a-f]{64}")
+DIRECTORY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+QUARANTINED_NAME = re.compile(r"(?P<stem>.+)\.(?P<tag>[0-9a-f]{12})(?P<error>\.error)?\.json")
+MAX_REASON_LENGTH = 1000
+
+DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafePath(StoreError):
+    """A directory or the lock file is a symbolic link or not what it must be."""
+
+    code = "lifecycles.store_unsafe_path"
+
+
+class StoreMissing(StoreError):
+    """The store directory does not exist and the store was opened without ``create``."""
+
+    code = "lifecycles.store_missing"
+
+
+class UntrustedRecord(InvariantViolation):
+    """A stored file is not a record this store can trust; ``rules`` name why.
+
+    ``detail`` is a readable reason (it goes into the quarantine reason file);
+    ``field`` and ``value`` are set when a single field broke its rule.
+    """
+
+    def __init__(
+        self,
+        code: str,
+        rules: Sequence[str],
+        detail: str,
+        *,
+        name: str,
+        field: str | None = None,
+        value: object = None,
+        directory: str | None = None,
+    ) -> None:
+        super().__init__(code, rules)
+        self.detail = detail
+        self.name = name
+        self.directory = directory
+        self.field = field
+        self.value = value
+        self.args = (f"{code}: {', '.join(rules)}: {detail}",)
+
+
+# --- layout ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class FilesLayout:
+    """Where each status lives under the store root, and how the store names things.
+
+    ``directories`` maps every status to a directory name. ``quarantine_status``, if
+    the lifecycle has one, is stored in ``quarantine_directory`` under quarantine
+    names, with its ``reason_field`` written to the reason file. ``search_order`` is
+    the order :meth:`FilesStore.get` looks in (first wins).
+    """
+
+    directories: Mapping[str, str]
+    search_order: tuple[str, ...]
+    quarantine_directory: str = "quarantine"
+    quarantine_status: str | None = None
+    reason_field: str | None = None
+    lock_name: str = ".lock"
+    max_file_bytes: int = 1 << 20
+    noun: str = "record"
+
+    @classmethod
+    def for_lifecycle(cls, lifecycle: Lifecycle[Any, Any], **options: Any) -> FilesLayout:
+        """One directory per status, named after it; final statuses searched first."""
+        statuses = [status.value for status in lifecycle.statuses]
+        final = {status.value for status in lifecycle.final}
+        order = tuple(sorted(statuses, key=lambda s: (s not in final, statuses.index(s))))
+        defaults: dict[str, Any] = {
+            "directories": {status: status for status in statuses},
+            "search_order": order,
+        }
+        defaults.update(options)
+        return cls(**defaults)
+
+    def check(self, lifecycle: Lifecycle[Any, Any]) -> None:
+        """Every status has a safe, distinct directory; the quarantine is consistent."""
+        statuses = {status.value for status in lifecycle.statuses}
+        if set(self.directories) != statuses:
+            raise ValueError(f"layout directories {sorted(self.directories)} != {sorted(statuses)}")
+        names = [*self.directories.values(), self.quarantine_directory, self.lock_name]
+        for name in [*self.directories.values(), self.quarantine_directory]:
+            if not DIRECTORY_NAME.fullmatch(name):
+                raise ValueError(f"unsafe directory name {name!r}")
+        if self.lock_name.startswith("/") or "/" in self.lock_name or self.lock_name in ("", "."):
+            raise ValueError(f"unsafe lock name {self.lock_name!r}")
+        quarantine = self.quarantine_status
+        if quarantine is not None:
+            if self.directories.get(quarantine) != self.quarantine_directory:
+                raise ValueError("the quarantine status must live in the quarantine directory")
+            names.remove(self.quarantine_directory)
+        if len(set(names)) != len(names):
+            raise ValueError(f"directory names collide: {names}")
+        expected = statuses - ({quarantine} if quarantine else set())
+        if set(self.search_order) != expected:
+            raise ValueError("search_order must list every status outside the quarantine")
+
+
+def stem_for(key: str) -> str:
+    """The file stem of ``key``: the key itself when it is safe, else ``_`` + its SHA-256."""
+    if not isinstance(key, str) or "\0" in key:
+        raise ValueError(f"record key must be a string without NUL: {key!r:.80}")
+    if SAFE_STEM.fullmatch(key):
+        return key
+    return "_" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _safe_stem(stem: str) -> str:
+    """A stem read from a directory, kept only when it could have been written by us."""
+    return stem if SAFE_STEM.fullmatch(stem) or HASHED_STEM.fullmatch(stem) else "invalid-name"
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted keys, no spaces, UTF-8, no NaN: the bytes a record file holds (plus newline)."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def utc_now() -> str:
+    """The time written into quarantine reason files (the store's own clock, not a machine's)."""
+    return datetime.now(UTC).isoformat()
+
+
+# --- the per-process lock registry ------------------------------------------------
+
+
+@attrs.define
+class _ProcessLock:
+    """One per lock file (by inode) in this process: the threads' lock and the flock holder."""
+
+    guard: threading.RLock = attrs.field(factory=threading.RLock)
+    depth: int = 0
+    fd: int = -1
+    # Files that appeared (+) or left (-) each directory while this process held the lock.
+    changes: Counter[str] = attrs.field(factory=Counter)
+
+
+_REGISTRY: dict[tuple[int, int], _ProcessLock] = {}
+_REGISTRY_GUARD = threading.Lock()
+
+
+def _reset_registry_in_child() -> None:
+    # A forked child holds none of its parent's locks (flock is not inherited as held
+    # by the child's own logic); start with a clean registry.
+    global _REGISTRY_GUARD
+    _REGISTRY.clear()
+    _REGISTRY_GUARD = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_registry_in_child)
+
+
+def _process_lock(identity: tuple[int, int]) -> _ProcessLock:
+    with _REGISTRY_GUARD:
+        entry = _REGISTRY.get(identity)
+        if entry is None:
+            entry = _REGISTRY[identity] = _ProcessLock()
+        return entry
+
+
+@attrs.define
+class _Handles:
+    """Directory descriptors and the lock held by one thread for one store."""
+
+    root: int
+    directories: dict[str, int]
+    process_lock: _ProcessLock
+    lock_fd: int
+    depth: int = 1
+
+
+@attrs.define
+class _Staged:
+    record: Any
+    on_disk: str | None  # the status directory the key's file is in now, None if new
+
+
+# --- low-level file operations (every one relative to a directory descriptor) ------
+
+
+def _close_quietly_after(error: BaseException, fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError as close_error:
+        error.add_note(f"closing fd {fd} also failed: {close_error!r}")
+
+
+def _unlink_after(error: BaseException, name: str, dir_fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    except OSError as cleanup_error:
+        error.add_note(f"removing {name} also failed: {cleanup_error!r}")
+
+
+def write_file(dir_fd: int, name: str, data: bytes) -> None:
+    """Atomically and durably put ``data`` at ``name``: temp, write, fsync, rename, fsync dir."""
+    temp = f".{name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(temp, CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, 0o600)
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    except BaseException as error:
+        _close_quietly_after(error, fd)
+        _unlink_after(error, temp, dir_fd)
+        raise
+    try:
+        os.close(fd)
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException as error:
+        _unlink_after(error, temp, dir_fd)
+        raise
+    os.fsync(dir_fd)
+
+
+def _open_directory(name: str, dir_fd: int | None, *, create: bool) -> int:
+    """Open (and if asked create, 0700) a directory without following a symbolic link."""
+    if create:
+        with contextlib.suppress(FileExistsError):  # the open below checks what it is
+            os.mkdir(name, 0o700, dir_fd=dir_fd)
+    try:
+        fd = os.open(name, DIRECTORY_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise StoreMissing(f"directory {name} does not exist") from None
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePath(f"{name} is a symbolic link or not a directory") from None
+        raise
+    try:
+        if create and stat.S_IMODE(os.fstat(fd).st_mode) != 0o700:
+            os.fchmod(fd, 0o700)
+    except BaseException as error:
+        _close_quietly_after(error, fd)
+        raise
+    return fd
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"JSON constant {name} is not allowed")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise ValueError("duplicate key in a JSON object")
+    return value
+
+
+# --- the store --------------------------------------------------------------------
+
+
+class FilesStore(Store[R]):
+    """Records of one lifecycle as files under ``root`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        lifecycle: Lifecycle[R, Any],
+        root: Path | str,
+        layout: FilesLayout | None = None,
+        *,
+        create: bool = True,
+    ) -> None:
+        self.lifecycle = lifecycle
+        self.layout = layout or FilesLayout.for_lifecycle(lifecycle)
+        self.layout.check(lifecycle)
+        self.root = Path(root)
+        self.create = create
+        self._fields = frozenset(field.name for field in attrs.fields(lifecycle.record_type))  # type: ignore[arg-type]
+        self._local = threading.local()
+        self._directory_names = {
+            **{status: name for status, name in self.layout.directories.items()},
+        }
+        self._all_directories = sorted(
+            {*self.layout.directories.values(), self.layout.quarantine_directory}
+        )
+        with self.locked():
+            pass  # creates (or checks) the whole layout once
+
+    # -- locking -----------------------------------------------------------------
+
+    @property
+    def _handles(self) -> _Handles | None:
+        handles: _Handles | None = getattr(self._local, "handles", None)
+        return handles
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the store's exclusive lock (re-entrant within a thread, across store objects)."""
+        handles = self._handles
+        if handles is not None:
+            handles.depth += 1
+            try:
+                yield
+            finally:
+                handles.depth -= 1
+            return
+        handles = self._acquire()
+        self._local.handles = handles
+        try:
+            yield
+        finally:
+            self._local.handles = None
+            self._release(handles)
+
+    def _acquire(self) -> _Handles:
+        parent = self.root.parent
+        if self.create:
+            os.makedirs(parent, mode=0o700, exist_ok=True)
+        try:
+            parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise StoreMissing(f"{parent} does not exist") from None
+        opened: list[int] = []
+        try:
+            root_fd = _open_directory(self.root.name, parent_fd, create=self.create)
+            opened.append(root_fd)
+            lock_fd = self._open_lock(root_fd)
+            opened.append(lock_fd)
+            identity = os.fstat(lock_fd)
+            process_lock = _process_lock((identity.st_dev, identity.st_ino))
+            process_lock.guard.acquire()
+            try:
+                if process_lock.depth == 0:
+                    fcntl.flock(lock_fd, fcntl.LOCK_EX)
+                    process_lock.fd = lock_fd
+                process_lock.depth += 1
+                try:
+                    directories = self._open_directories(root_fd, opened)
+                except BaseException:
+                    self._unlock(process_lock, lock_fd)
+                    raise
+            except BaseException:
+                process_lock.guard.release()
+                raise
+        except BaseException as error:
+            for fd in reversed(opened):
+                _close_quietly_after(error, fd)
+            raise
+        finally:
+            os.close(parent_fd)
+        return _Handles(root_fd, directories, process_lock, lock_fd)
+
+    def _open_lock(self, root_fd: int) -> int:
+        flags = LOCK_FLAGS if self.create else LOCK_FLAGS & ~os.O_CREAT
+        try:
+            fd = os.open(self.layout.lock_name, flags, 0o600, dir_fd=root_fd)
+        except FileNotFoundError:
+            raise StoreMissing(f"lock file {self.layout.lock_name} does not exist") from None
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise UnsafePath(f"lock file {self.layout.lock_name} is a symbolic link") from None
+            raise
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise UnsafePath(f"lock file {self.layout.lock_name} is not a regular file")
+            if self.create and stat.S_IMODE(info.st_mode) != 0o600:
+                os.fchmod(fd, 0o600)
+        except BaseException as error:
+            _close_quietly_after(error, fd)
+            raise
+        return fd
+
+    def _open_directories(self, root_fd: int, opened: list[int]) -> dict[str, int]:
+        by_name: dict[str, int] = {}
+        for name in self._all_directories:
+            by_name[name] = _open_directory(name, root_fd, create=self.create)
+            opened.append(by_name[name])
+        return by_name
+
+    def _unlock(self, process_lock: _ProcessLock, lock_fd: int) -> None:
+        process_lock.depth -= 1
+        if process_lock.depth == 0:
+            process_lock.fd = -1
+            fcntl.flock(lock_fd, fcntl.LOCK_UN)
+
+    def _release(self, handles: _Handles) -> None:
+        try:
+            self._unlock(handles.process_lock, handles.lock_fd)
+        finally:
+            handles.process_lock.guard.release()
+            for fd in (*handles.directories.values(), handles.lock_fd, handles.root):
+                os.close(fd)
+
+    def _dir_fd(self, status_or_directory: str) -> int:
+        handles = self._handles
+        if handles is None:
+            raise RuntimeError("the store's lock is not held")
+        name = self._directory_names.get(status_or_directory, status_or_directory)
+        return handles.directories[name]
+
+    def _note_change(self, status: str, delta: int) -> None:
+        handles = self._handles
+        if handles is not None:
+            handles.process_lock.changes[status] += delta
+
+    def changes_seen(self, status: str) -> int:
+        """Net files added to ``status``'s directory by this process while it held the lock."""
+        with self.locked():
+            handles = self._handles
+            assert handles is not None
+            return handles.process_lock.changes[status]
+
+    # -- transactions -------------------------------------------------------------
+
+    @property
+    def _staged(self) -> dict[str, _Staged] | None:
+        staged: dict[str, _Staged] | None = getattr(self._local, "staged", None)
+        return staged
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self.locked():
+            staged = self._staged
+            if staged is not None:  # a savepoint inside the outer transaction
+                snapshot = dict(staged)
+                try:
+                    yield
+                except BaseException:
+                    staged.clear()
+                    staged.update(snapshot)
+                    raise
+                return
+            self._local.staged = {}
+            try:
+                yield
+                pending = self._local.staged
+                self._local.staged = None
+                self._apply(pending)
+            finally:
+                self._local.staged = None
+
+    def _apply(self, staged: Mapping[str, _Staged]) -> None:
+        for key, change in staged.items():
+            status = str(self.lifecycle.status_of(change.record))
+            data = canonical_json(self.values_of(change.record)) + b"\n"
+            stem = stem_for(key)
+            if status == self.layout.quarantine_status:
+                self._write_quarantined(stem, data, self._reason_of(change.record))
+            else:
+                write_file(self._dir_fd(status), stem + SUFFIX, data)
+                if change.on_disk != status:
+                    self._note_change(status, +1)
+            if change.on_disk is not None and change.on_disk != status:
+                source = self._dir_fd(change.on_disk)
+                os.unlink(stem + SUFFIX, dir_fd=source)
+                os.fsync(source)
+                self._note_change(change.on_disk, -1)
+
+    def _reason_of(self, record: R) -> str:
+        field = self.layout.reason_field
+        reason = getattr(record, field) if field else None
+        return str(reason) if reason else f"{self.layout.noun} quarantined"
+
+    def _write_quarantined(self, stem: str, data: bytes, reason: str) -> None:
+        tag = secrets.token_hex(6)
+        directory = self._dir_fd(self.layout.quarantine_directory)
+        # The reason goes first: quarantined material never exists without its reason.
+        write_file(directory, f"{stem}.{tag}{ERROR_SUFFIX}", self._reason_bytes(stem, reason))
+        write_file(directory, f"{stem}.{tag}{SUFFIX}", data)
+
+    def _reason_bytes(self, stem: str, reason: str) -> bytes:
+        reason_text = " ".join(reason.split())[:MAX_REASON_LENGTH]
+        document = {"entry_id": stem, "quarantined_at": utc_now(), "reason": reason_text}
+        return canonical_json(document) + b"\n"
+
+    # -- reading ------------------------------------------------------------------
+
+    def _read(self, directory: str, name: str) -> bytes | None:
+        """The bytes of ``name`` in ``directory``, ``None`` if absent; never follows a link."""
+        dir_fd = self._dir_fd(directory)
+        try:
+            fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise self._untrusted(
+                    name, "record_is_regular_file", f"{self.layout.noun} is a symbolic link"
+                ) from None
+            raise
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise self._untrusted(
+                    name, "record_is_regular_file", f"{self.layout.noun} is not a regular file"
+                )
+            limit = self.layout.max_file_bytes
+            if info.st_size > limit:
+                raise self._untrusted(
+                    name, "record_size_bound", f"{self.layout.noun} exceeds the durable size bound"
+                )
+            chunks: list[bytes] = []
+            size = 0
+            while size <= limit:
+                chunk = os.read(fd, limit + 1 - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            if size > limit:
+                raise self._untrusted(
+                    name, "record_size_bound", f"{self.layout.noun} exceeds the durable size bound"
+                )
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def _untrusted(
+        self, name: str, rule: str, detail: str, field: str | None = None, value: object = None
+    ) -> UntrustedRecord:
+        return UntrustedRecord(
+            self.lifecycle.invariants.code, [rule], detail, name=name, field=field, value=value
+        )
+
+    def decode(self, data: bytes, name: str, directory_status: str | None) -> R:
+        """Turn a file's bytes into a trusted record, or raise :class:`UntrustedRecord`.
+
+        ``directory_status`` is the status of the directory the file sits in; the
+        record's status must equal it. ``name`` must be the record key's file name.
+        """
+        noun = self.layout.noun
+        try:
+            text = data.decode("utf-8")
+            value = json.loads(
+                text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys
+            )
+        except (UnicodeError, ValueError, RecursionError) as error:
+            raise self._untrusted(
+                name, "record_decodes", f"cannot decode {noun} {name}: {type(error).__name__}"
+            ) from None
+        if not isinstance(value, dict):
+            raise self._untrusted(name, "record_is_object", f"{noun} must be an object")
+        if set(value) != self._fields:
+            missing = sorted(self._fields - set(value))
+            unknown = sorted(set(value) - self._fields)
+            raise self._untrusted(
+                name,
+                "record_keys_exact",
+                f"{noun} fields invalid: missing={missing} unknown={unknown}",
+            )
+        try:
+            record = self.lifecycle.record_type(**value)
+        except FieldRuleViolation as error:
+            raise self._untrusted(
+                name, error.rule, f"{noun} field {error.field} breaks {error.rule}",
+                field=error.field, value=value.get(error.field),
+            ) from None
+        except (TypeError, ValueError) as error:
+            raise self._untrusted(
+                name, "record_shape", f"{noun} cannot be built: {error}"
+            ) from None
+        broken = self.lifecycle.invariants.broken(record)
+        if broken:
+            raise UntrustedRecord(
+                self.lifecycle.invariants.code, broken, f"{noun} breaks {', '.join(broken)}",
+                name=name,
+            )
+        status = str(self.lifecycle.status_of(record))
+        if directory_status is not None and status != directory_status:
+            raise UntrustedRecord(
+                self.lifecycle.invariants.code,
+                ["status_matches_directory"],
+                f"{directory_status} directory contains state {status!r}",
+                name=name,
+                field=self.lifecycle.status_field,
+                value=status,
+                directory=directory_status,
+            )
+        expected = stem_for(self.lifecycle.key_of(record))
+        if not (name == expected + SUFFIX or self._is_quarantine_name_of(name, expected)):
+            raise self._untrusted(
+                name, "file_name_matches_key", f"{noun} file name {name} does not match its key"
+            )
+        return record
+
+    def _is_quarantine_name_of(self, name: str, stem: str) -> bool:
+        found = QUARANTINED_NAME.fullmatch(name)
+        return bool(found and found["stem"] == stem and not found["error"])
+
+    def read_named(self, status: str, name: str) -> R | None:
+        """The trusted record in file ``name`` of ``status``'s directory (``None`` if gone)."""
+        with self.locked():
+            data = self._read(status, name)
+            return None if data is None else self.decode(data, name, status)
+
+    def _locate(self, key: str, prefer: str | None = None) -> tuple[R, str] | None:
+        """The record under ``key`` and the status directory it is in (staged first).
+
+        ``prefer`` is searched first: a compare-and-set looks where the caller read.
+        """
+        staged = self._staged
+        if staged is not None and key in staged:
+            record = staged[key].record
+            return record, str(self.lifecycle.status_of(record))
+        name = stem_for(key) + SUFFIX
+        order = self.layout.search_order
+        if prefer in order:
+            order = (prefer, *(status for status in order if status != prefer))
+        for status in order:
+            data = self._read(status, name)
+            if data is not None:
+                return self.decode(data, name, status), status
+        quarantine = self.layout.quarantine_status
+        if quarantine is not None:
+            for material in self._quarantined_names(stem_for(key)):
+                try:
+                    record = self.read_named(quarantine, material)
+                except UntrustedRecord:
+                    continue  # quarantined material that is not a record stays where it is
+                if record is not None:
+                    return record, quarantine
+        return None
+
+    # -- the Store primitives ---------------------------------------------------------
+
+    def get(self, key: str) -> R | None:
+        with self.locked():
+            found = self._locate(key)
+            return None if found is None else found[0]
+
+    def insert(self, record: R) -> R:
+        key = self.lifecycle.key_of(record)
+        stem_for(key)
+        with self.transaction():
+            found = self._locate(key)
+            if found is not None:
+                return found[0]
+            self.lifecycle.check(record)
+            staged = self._staged
+            assert staged is not None
+            staged[key] = _Staged(record, None)
+            return record
+
+    def write(self, before: R, after: R, row: Row) -> None:
+        key = self.lifecycle.key_of(before)
+        with self.transaction():
+            found = self._locate(key, prefer=str(self.lifecycle.status_of(before)))
+            if (
+                found is None
+                or self.lifecycle.status_of(found[0]) != self.lifecycle.status_of(before)
+                or self.token_of(found[0]) != self.token_of(before)
+            ):
+                raise StaleRecord(f"{key} changed since it was read")
+            current, on_disk = found
+            if after == current:
+                return  # an effect-free self-loop: nothing to write
+            self.lifecycle.check(after)
+            staged = self._staged
+            assert staged is not None
+            previous = staged.get(key)
+            staged[key] = _Staged(after, previous.on_disk if previous else on_disk)
+
+    # -- listing ------------------------------------------------------------------
+
+    def first_names(self, status: str, limit: int) -> tuple[list[str], int]:
+        """The ``limit`` smallest ``*.json`` names in ``status``'s directory, and how many
+        there are, from one pass over the directory (no full sort)."""
+        with self.locked():
+            names = self._names(status)
+            return heapq.nsmallest(limit, names), len(names)
+
+    def _names(self, status: str) -> list[str]:
+        directory = self._directory_names.get(status, status)
+        quarantine = directory == self.layout.quarantine_directory
+        with os.scandir(self._dir_fd(directory)) as entries:
+            return [
+                entry.name
+                for entry in entries
+                if entry.name.endswith(SUFFIX)
+                and not (quarantine and entry.name.endswith(ERROR_SUFFIX))
+            ]
+
+    def count(self, status: str) -> int:
+        """How many ``*.json`` files ``status``'s directory holds (quarantine: material only)."""
+        with self.locked():
+            return len(self._names(status))
+
+    def exists(self, key: str, status: str) -> bool:
+        """Whether anything at all sits at ``key``'s file name in ``status``'s directory."""
+        with self.locked():
+            try:
+                os.stat(stem_for(key) + SUFFIX, dir_fd=self._dir_fd(status), follow_symlinks=False)
+            except FileNotFoundError:
+                return False
+            return True
+
+    def _quarantined_names(self, stem: str) -> list[str]:
+        prefix = stem + "."
+        with os.scandir(self._dir_fd(self.layout.quarantine_directory)) as entries:
+            return sorted(
+                entry.name
+                for entry in entries
+                if entry.name.startswith(prefix)
+                and entry.name.endswith(SUFFIX)
+                and not entry.name.endswith(ERROR_SUFFIX)
+            )
+
+    def has_quarantined(self, key: str) -> bool:
+        """Whether the quarantine holds any ``<stem>.*.json`` (material or reason) for ``key``."""
+        prefix = stem_for(key) + "."
+        with self.locked():
+            directory = self._dir_fd(self.layout.quarantine_directory)
+            with os.scandir(directory) as entries:
+                return any(
+                    e.name.startswith(prefix) and e.name.endswith(SUFFIX) for e in entries
+                )
+
+    def quarantine_material(self, status: str, name: str, reason: str) -> str:
+        """Move file ``name`` out of ``status``'s directory into quarantine, with a reason file.
+
+        ``name`` must come from a listing of that directory (one path component). The
+        reason file is written first, so material is never found without its reason.
+        Returns the quarantined file's name.
+        """
+        if "/" in name or "\0" in name or name in (".", ".."):
+            raise ValueError(f"not a directory entry name: {name!r}")
+        stem = _safe_stem(name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name)
+        tag = secrets.token_hex(6)
+        target = f"{stem}.{tag}{SUFFIX}"
+        with self.locked():
+            source = self._dir_fd(status)
+            directory = self._dir_fd(self.layout.quarantine_directory)
+            write_file(directory, f"{stem}.{tag}{ERROR_SUFFIX}", self._reason_bytes(stem, reason))
+            os.replace(name, target, src_dir_fd=source, dst_dir_fd=directory)
+            os.fsync(source)
+            os.fsync(directory)
+            self._note_change(status, -1)
+            self._make_private(directory, target)
+        return target
+
+    def _make_private(self, dir_fd: int, name: str) -> None:
+        # Planted material keeps the mode it came with; quarantine holds only 0600 files.
+        try:
+            fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                return  # a link itself: moved, never followed
+            raise
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
+
+    def quarantine_entries(self) -> list[QuarantineEntry]:
+        """Everything in quarantine with its reason (``None`` when the reason file is missing
+        or unreadable), in name order."""
+        entries: list[QuarantineEntry] = []
+        with self.locked():
+            for name in sorted(self._names(self.layout.quarantine_directory)):
+                found = QUARANTINED_NAME.fullmatch(name)
+                stem, tag = (found["stem"], found["tag"]) if found else (name, "")
+                reason = self._read_reason(f"{stem}.{tag}{ERROR_SUFFIX}") if found else None
+                entries.append(QuarantineEntry(name=name, stem=stem, reason=reason))
+        return entries
+
+    def _read_reason(self, name: str) -> Mapping[str, Any] | None:
+        try:
+            data = self._read(self.layout.quarantine_directory, name)
+            value = json.loads(data.decode("utf-8")) if data is not None else None
+        except (UntrustedRecord, UnicodeError, ValueError, RecursionError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    # -- whole-store queries ----------------------------------------------------------
+
+    def _records(self, statuses: Sequence[str]) -> list[R]:
+        """Trusted records of ``statuses`` (staged view); untrusted files are quarantined."""
+        staged = self._staged or {}
+        records: list[R] = []
+        with self.locked():
+            for status in statuses:
+                names = self._names(status)
+                if status == self.layout.quarantine_status:
+                    records.extend(self._quarantined_records(names, staged))
+                    continue
+                for name in names:
+                    try:
+                        record = self.read_named(status, name)
+                    except UntrustedRecord as error:
+                        self.quarantine_material(status, name, error.detail)
+                        continue
+                    if record is not None and self.lifecycle.key_of(record) not in staged:
+                        records.append(record)
+            wanted = set(statuses)
+            records.extend(
+                change.record
+                for change in staged.values()
+                if str(self.lifecycle.status_of(change.record)) in wanted
+            )
+        return records
+
+    def _quarantined_records(self, names: list[str], staged: Mapping[str, _Staged]) -> list[R]:
+        quarantine = self.layout.quarantine_status
+        assert quarantine is not None
+        seen: dict[str, R] = {}
+        for name in sorted(names):
+            try:
+                record = self.read_named(quarantine, name)
+            except UntrustedRecord:
+                continue
+            if record is not None:
+                key = self.lifecycle.key_of(record)
+                if key not in staged:
+                    seen.setdefault(key, record)
+        return list(seen.values())
+
+    def _due(self, now: float) -> list[R]:
+        lease = self._lease()
+        claimable = [status.value for status in self.lifecycle.claimable]
+        return [r for r in self._records(claimable) if getattr(r, lease.due_field) <= now]
+
+    def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None:
+        lease = self._lease()
+        due = [r for r in self._due(now) if self.lifecycle.key_of(r) not in exclude]
+        if not due:
+            return None
+        return min(due, key=lambda r: [getattr(r, field) for field in lease.order_by])
+
+    def _expired(self, now: float) -> list[R]:
+        lease = self._lease()
+        leased = self.lifecycle.leased
+        assert leased is not None
+        return [r for r in self._records([leased.value]) if getattr(r, lease.expires_field) <= now]
+
+    def expired_leases(self, now: float) -> list[R]:
+        return sorted(self._expired(now), key=self.lifecycle.key_of)
+
+    def count_by_status(self) -> dict[str, int]:
+        with self.locked():
+            counts = {s.value: len(self._names(s.value)) for s in self.lifecycle.statuses}
+            for change in (self._staged or {}).values():
+                if change.on_disk is not None:
+                    counts[change.on_disk] -= 1
+                counts[str(self.lifecycle.status_of(change.record))] += 1
+            return counts
+
+    def count_due(self, now: float) -> int:
+        return len(self._due(now))
+
+    def count_expired(self, now: float) -> int:
+        return len(self._expired(now))
+
+    def scan(self) -> Iterator[R]:
+        statuses = [status.value for status in self.lifecycle.statuses]
+        with self.locked():
+            records = self._scan_records(statuses)
+        yield from sorted(records, key=self.lifecycle.key_of)
+
+    def _scan_records(self, statuses: Sequence[str]) -> list[R]:
+        staged = self._staged or {}
+        records: dict[str, R] = {}
+        for status in self.layout.search_order:
+            for name in sorted(self._names(status)):
+                record = self.read_named(status, name)  # untrusted material raises
+                if record is not None:
+                    records.setdefault(self.lifecycle.key_of(record), record)
+        if self.layout.quarantine_status is not None:
+            for record in self._quarantined_records(
+                self._names(self.layout.quarantine_status), {}
+            ):
+                records.setdefault(self.lifecycle.key_of(record), record)
+        for key, change in staged.items():
+            records[key] = change.record
+        return [r for r in records.values() if str(self.lifecycle.status_of(r)) in statuses]
+
+
+@attrs.frozen
+class QuarantineEntry:
+    """One piece of quarantined material and its reason document, if readable."""
+
+    name: str
+    stem: str
+    reason: Mapping[str, Any] | None
+
+
+__all__ = [
+    "FilesLayout",
+    "FilesStore",
+    "QuarantineEntry",
+    "StoreMissing",
+    "UnsafePath",
+    "UntrustedRecord",
+    "canonical_json",
+    "stem_for",
+    "write_file",
+]
