@@ -335,7 +335,12 @@ def find_graphviz() -> Graphviz | None:
     version = subprocess.run([executable, "-V"], capture_output=True, text=True, check=False)
     identity = [(version.stderr or version.stdout).strip()]
     fc_match = shutil.which("fc-match")
-    if fc_match is not None:
-        font = subprocess.run([fc_match, FONT], capture_output=True, text=True, check=False)
-        identity.append(f"font {FONT}: {font.stdout.strip()}")
+    for pattern in (FONT, f"{FONT}:bold"):  # labels use the regular and the bold face
+        if fc_match is None:
+            identity.append(f"font {pattern}: (fc-match not installed)")
+            continue
+        font = subprocess.run(
+            [fc_match, "-f", "%{file}", pattern], capture_output=True, text=True, check=False
+        )
+        identity.append(f"font {pattern}: {font.stdout.strip()}")
     return Graphviz(executable, "\n".join(identity) + "\n")

@@ -153,8 +153,10 @@ def svg_texts(svg: bytes) -> list[str]:
 # --- the drift check -----------------------------------------------------------------
 
 
-def test_the_command_is_registered() -> None:
+def test_the_command_is_registered(capsys: pytest.CaptureFixture[str]) -> None:
     assert "lifecycles.diagrams" in cli.COMMAND_MODULES
+    assert cli.main(["diagrams", "--check", "--dir", str(COMMITTED)]) == 0
+    assert f"diagrams in {COMMITTED} match the tables" in capsys.readouterr().out
 
 
 def test_committed_diagrams_match_the_tables(capsys: pytest.CaptureFixture[str]) -> None:
