@@ -58,6 +58,11 @@ def page(lifecycle: AnyLifecycle, mermaid_source: str, *, svg_name: str, dot_nam
         mermaid_source.rstrip("\n"),
         "```",
         "",
+        "The same table drawn by Graphviz, left to right in the order work flows, one "
+        "edge per row:",
+        "",
+        f"![The {name} lifecycle drawn by Graphviz]({svg_name})",
+        "",
     ]
     out += _statuses(lifecycle)
     out += _transitions(lifecycle)
