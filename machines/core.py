@@ -368,7 +368,7 @@ class Lifecycle(Generic[R, I]):
                 raise EffectContractError(f"{effect_.name} wrote undeclared fields {undeclared}")
         changes[self.status_field] = self.statuses(row.dest)
         try:
-            new = attrs.evolve(record, **changes)  # type: ignore[misc]
+            new = evolve_checked(record, changes)
         except FieldRuleViolation as error:
             raise InvariantViolation(self.invariants.code, [error.rule]) from error
         self.invariants.check(new)
@@ -432,6 +432,33 @@ class Lifecycle(Generic[R, I]):
 
     def __repr__(self) -> str:
         return f"<Lifecycle {self.name} v{self.table_version}>"
+
+
+def evolve_checked(record: R, changes: Mapping[str, Any]) -> R:
+    """``attrs.evolve`` that runs the converters and validators of the changed fields only.
+
+    The other fields were validated when ``record`` was built and are copied as they
+    are: re-validating all of them on every transition is most of its cost.
+    """
+    record_type: Any = type(record)
+    fields = attrs.fields_dict(record_type)
+    if hasattr(record_type, "__attrs_post_init__") or any(
+        isinstance(fields[name].converter, attrs.Converter) for name in changes
+    ):  # derived fields or converters that read the instance: let attrs do it all
+        return attrs.evolve(record, **changes)  # type: ignore[misc]
+    new = object.__new__(record_type)
+    for name in fields:
+        object.__setattr__(new, name, getattr(record, name))
+    for name, value in changes.items():
+        field = fields[name]
+        converter: Any = field.converter
+        if converter is not None:
+            value = converter(value)
+        if field.validator is not None:
+            field.validator(new, field, value)
+        object.__setattr__(new, name, value)
+    result: R = new
+    return result
 
 
 def _mark_fired(row: Row) -> Callable[[Any], None]:
