@@ -460,7 +460,9 @@ MONITOR: Lifecycle[MonitorRecord, MonitorInputs] = Lifecycle(
         "succeeded": "The receiver reported success. Final.",
         "failed": "The receiver reported failure, or failures ran out. Final.",
     },
-    beside_the_table=[retry_delay, trigger_for_answer, reader_error_code],
+    beside_the_table=[
+        retry_delay, trigger_for_answer, parse_answer, complete_with_answer, reader_error_code,
+    ],
 )
 
 __all__ = [
