@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -64,13 +65,20 @@ def _bool_decode(value: Any) -> Any:
     return value if value is None else bool(value)
 
 
+def _union_members(hint: Any) -> tuple[Any, ...]:
+    """The members of ``X | Y`` / ``Optional[X]``; any other hint (``dict[str, Any]``) is one."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return typing.get_args(hint)
+    return (hint,)
+
+
 def _codecs_for(record_type: type) -> dict[str, tuple[Encoder, Encoder]]:
     """How each field crosses into SQLite: natively, as 0/1, or as canonical JSON."""
     hints = typing.get_type_hints(record_type)
     codecs: dict[str, tuple[Encoder, Encoder]] = {}
     for field in attrs.fields(record_type):
         hint = hints.get(field.name, Any)
-        members = typing.get_args(hint) or (hint,)
+        members = _union_members(hint)
         origins = {typing.get_origin(m) or m for m in members}
         if origins & {dict, list, tuple, Mapping, Sequence}:
             codecs[field.name] = (_json_encode, _json_decode)
