@@ -41,6 +41,7 @@ Errors: a server that cannot be reached, or a connection that broke, raises
 from __future__ import annotations
 
 import json
+import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -122,6 +123,13 @@ def _from_json(value: Any) -> Any:
     return None if value is None else json.loads(value)
 
 
+def _union_members(hint: Any) -> tuple[Any, ...]:
+    """The members of ``X | Y`` / ``Optional[X]``; any other hint (``dict[str, Any]``) is one."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return typing.get_args(hint)
+    return (hint,)
+
+
 @attrs.frozen
 class Column:
     """One column: its name, its PostgreSQL type and how values cross into it."""
@@ -134,7 +142,7 @@ class Column:
 
 def _column_for(name: str, hint: Any, integer_type: str) -> Column:
     """The column a record field gets, from its type hint."""
-    members = [m for m in (typing.get_args(hint) or (hint,)) if m is not type(None)]
+    members = [m for m in _union_members(hint) if m is not type(None)]
     origins = {typing.get_origin(m) or m for m in members}
     if origins & {dict, list, tuple, Mapping, Sequence}:
         return Column(name, "text", _canonical_json, _from_json)
