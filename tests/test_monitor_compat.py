@@ -226,3 +226,35 @@ def test_public_names_match_the_reference() -> None:
         assert [p.default for p in ours_sig.parameters.values()] == [
             p.default for p in theirs_sig.parameters.values()
         ], method
+
+
+@settings(max_examples=60)
+@given(steps, st.lists(st.booleans(), min_size=40, max_size=40))
+def test_one_database_shared_by_both_implementations_behaves_like_the_reference_alone(
+    sequence: list[tuple[int, tuple[Any, ...]]], use_lifecycles: list[bool]
+) -> None:
+    """Each step is served by either implementation on one shared file; the answers and
+    the final rows equal those of the reference serving every step on its own file."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        shared_path, alone_path = Path(directory, "shared.db"), Path(directory, "alone.db")
+        shared = {
+            name: module.DurableTerminalProcessingMonitor(
+                sqlite3.connect(shared_path), CAPABILITIES
+            )
+            for name, module in IMPLEMENTATIONS.items()
+        }
+        alone = reference.DurableTerminalProcessingMonitor(
+            sqlite3.connect(alone_path), CAPABILITIES
+        )
+        now = 100
+        for step, ((elapsed, operation), ours) in enumerate(
+            zip(sequence, use_lifecycles, strict=False)
+        ):
+            now += elapsed
+            concrete = (operation[0], now, *operation[1:])
+            served = shared["lifecycles" if ours else "reference"]
+            got, expected = as_tuple(call(served, concrete)), as_tuple(call(alone, concrete))
+            assert got == expected, (step, operation, "lifecycles" if ours else "reference")
+        assert dump(shared["reference"].connection) == dump(alone.connection)
