@@ -251,6 +251,9 @@ class _Handles:
     process_lock: _ProcessLock
     lock_fd: int
     depth: int = 1
+    # Directories with an unlink not yet fsynced: synced by the next write into them,
+    # or when the outermost lock is released, whichever comes first.
+    unsynced: set[int] = attrs.field(factory=set)
 
 
 @attrs.define
@@ -463,13 +466,31 @@ class FilesStore(Store[R]):
             process_lock.fd = -1
             fcntl.flock(lock_fd, fcntl.LOCK_UN)
 
+    def _unsynced(self, dir_fd: int) -> None:
+        handles = self._handles
+        if handles is None:
+            os.fsync(dir_fd)
+        else:
+            handles.unsynced.add(dir_fd)
+
+    def _write(self, dir_fd: int, name: str, data: bytes) -> None:
+        write_file(dir_fd, name, data)  # fsyncs the directory, pending unlinks included
+        handles = self._handles
+        if handles is not None:
+            handles.unsynced.discard(dir_fd)
+
     def _release(self, handles: _Handles) -> None:
         try:
-            self._unlock(handles.process_lock, handles.lock_fd)
+            for dir_fd in sorted(handles.unsynced):
+                os.fsync(dir_fd)
+            handles.unsynced.clear()
         finally:
-            handles.process_lock.guard.release()
-            for fd in (*handles.directories.values(), handles.lock_fd, handles.root):
-                os.close(fd)
+            try:
+                self._unlock(handles.process_lock, handles.lock_fd)
+            finally:
+                handles.process_lock.guard.release()
+                for fd in (*handles.directories.values(), handles.lock_fd, handles.root):
+                    os.close(fd)
 
     def _dir_fd(self, status_or_directory: str) -> int:
         handles = self._handles
@@ -527,13 +548,15 @@ class FilesStore(Store[R]):
             if status == self.layout.quarantine_status:
                 self._write_quarantined(stem, data, self._reason_of(change.record))
             else:
-                write_file(self._dir_fd(status), stem + SUFFIX, data)
+                self._write(self._dir_fd(status), stem + SUFFIX, data)
                 if change.on_disk != status:
                     self._note_change(status, +1)
             if change.on_disk is not None and change.on_disk != status:
+                # The destination is durable already; the source's unlink is synced
+                # later (see _Handles.unsynced): until then a crash leaves both copies.
                 source = self._dir_fd(change.on_disk)
                 os.unlink(stem + SUFFIX, dir_fd=source)
-                os.fsync(source)
+                self._unsynced(source)
                 self._note_change(change.on_disk, -1)
 
     def _reason_of(self, record: R) -> str:
@@ -545,8 +568,8 @@ class FilesStore(Store[R]):
         tag = secrets.token_hex(6)
         directory = self._dir_fd(self.layout.quarantine_directory)
         # The reason goes first: quarantined material never exists without its reason.
-        write_file(directory, f"{stem}.{tag}{ERROR_SUFFIX}", self._reason_bytes(stem, reason))
-        write_file(directory, f"{stem}.{tag}{SUFFIX}", data)
+        self._write(directory, f"{stem}.{tag}{ERROR_SUFFIX}", self._reason_bytes(stem, reason))
+        self._write(directory, f"{stem}.{tag}{SUFFIX}", data)
 
     def _reason_bytes(self, stem: str, reason: str) -> bytes:
         reason_text = " ".join(reason.split())[:MAX_REASON_LENGTH]
@@ -810,7 +833,7 @@ class FilesStore(Store[R]):
         with self.locked():
             source = self._dir_fd(status)
             directory = self._dir_fd(self.layout.quarantine_directory)
-            write_file(directory, f"{stem}.{tag}{ERROR_SUFFIX}", self._reason_bytes(stem, reason))
+            self._write(directory, f"{stem}.{tag}{ERROR_SUFFIX}", self._reason_bytes(stem, reason))
             os.replace(name, target, src_dir_fd=source, dst_dir_fd=directory)
             os.fsync(source)
             os.fsync(directory)
