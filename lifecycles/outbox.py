@@ -282,6 +282,9 @@ class CloseOutbox:
         """Persist one intent or return its existing identical durable state."""
         if not isinstance(request, CloseRequest):
             raise InvalidCloseRequestError("request must be a CloseRequest")
+        # Validate again on a private copy: a frozen dataclass can still be forged with
+        # object.__setattr__, and its result dict mutated after it was checked.
+        request = dataclasses.replace(request)
         entry_id = request.entry_id
         with _translated_store_errors(), self.store.locked():
             try:

@@ -281,8 +281,13 @@ def _unlink_after(error: BaseException, name: str, dir_fd: int) -> None:
         error.add_note(f"removing {name} also failed: {cleanup_error!r}")
 
 
-def write_file(dir_fd: int, name: str, data: bytes) -> None:
-    """Atomically and durably put ``data`` at ``name``: temp, write, fsync, rename, fsync dir."""
+def write_file(dir_fd: int, name: str, data: bytes, *, fresh: bool = False) -> None:
+    """Atomically and durably put ``data`` at ``name``: temp, write, fsync, rename, fsync dir.
+
+    ``fresh`` says nothing was at ``name`` before: if the directory cannot be synced
+    after the rename, the new file is removed again, so a failed write of a new
+    name leaves nothing behind that was never acknowledged.
+    """
     temp = f".{name}.{secrets.token_hex(8)}.tmp"
     fd = os.open(temp, CREATE_FLAGS, 0o600, dir_fd=dir_fd)
     try:
@@ -302,7 +307,12 @@ def write_file(dir_fd: int, name: str, data: bytes) -> None:
     except BaseException as error:
         _unlink_after(error, temp, dir_fd)
         raise
-    os.fsync(dir_fd)
+    try:
+        os.fsync(dir_fd)
+    except BaseException as error:
+        if fresh:
+            _unlink_after(error, name, dir_fd)
+        raise
 
 
 def _open_directory(name: str, dir_fd: int | None, *, create: bool) -> int:
@@ -473,8 +483,8 @@ class FilesStore(Store[R]):
         else:
             handles.unsynced.add(dir_fd)
 
-    def _write(self, dir_fd: int, name: str, data: bytes) -> None:
-        write_file(dir_fd, name, data)  # fsyncs the directory, pending unlinks included
+    def _write(self, dir_fd: int, name: str, data: bytes, *, fresh: bool = False) -> None:
+        write_file(dir_fd, name, data, fresh=fresh)  # syncs the directory's unlinks too
         handles = self._handles
         if handles is not None:
             handles.unsynced.discard(dir_fd)
@@ -547,10 +557,13 @@ class FilesStore(Store[R]):
             stem = stem_for(key)
             if status == self.layout.quarantine_status:
                 self._write_quarantined(stem, data, self._reason_of(change.record))
-            else:
+            elif change.on_disk == status:
                 self._write(self._dir_fd(status), stem + SUFFIX, data)
-                if change.on_disk != status:
-                    self._note_change(status, +1)
+            else:
+                destination = self._dir_fd(status)
+                fresh = not self._present(destination, stem + SUFFIX)
+                self._write(destination, stem + SUFFIX, data, fresh=fresh)
+                self._note_change(status, +1)
             if change.on_disk is not None and change.on_disk != status:
                 # The destination is durable already; the source's unlink is synced
                 # later (see _Handles.unsynced): until then a crash leaves both copies.
@@ -568,8 +581,21 @@ class FilesStore(Store[R]):
         tag = secrets.token_hex(6)
         directory = self._dir_fd(self.layout.quarantine_directory)
         # The reason goes first: quarantined material never exists without its reason.
-        self._write(directory, f"{stem}.{tag}{ERROR_SUFFIX}", self._reason_bytes(stem, reason))
-        self._write(directory, f"{stem}.{tag}{SUFFIX}", data)
+        reason_name = f"{stem}.{tag}{ERROR_SUFFIX}"
+        self._write(directory, reason_name, self._reason_bytes(stem, reason), fresh=True)
+        try:
+            self._write(directory, f"{stem}.{tag}{SUFFIX}", data, fresh=True)
+        except BaseException as error:
+            _unlink_after(error, reason_name, directory)
+            raise
+
+    @staticmethod
+    def _present(dir_fd: int, name: str) -> bool:
+        try:
+            os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return True
 
     def _reason_bytes(self, stem: str, reason: str) -> bytes:
         reason_text = " ".join(reason.split())[:MAX_REASON_LENGTH]
@@ -791,11 +817,7 @@ class FilesStore(Store[R]):
     def exists(self, key: str, status: str) -> bool:
         """Whether anything at all sits at ``key``'s file name in ``status``'s directory."""
         with self.locked():
-            try:
-                os.stat(stem_for(key) + SUFFIX, dir_fd=self._dir_fd(status), follow_symlinks=False)
-            except FileNotFoundError:
-                return False
-            return True
+            return self._present(self._dir_fd(status), stem_for(key) + SUFFIX)
 
     def _quarantined_names(self, stem: str) -> list[str]:
         prefix = stem + "."
