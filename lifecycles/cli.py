@@ -15,6 +15,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lifecycles.cli_monitor",
     "lifecycles.checker",
     "lifecycles.diagrams",
+    "lifecycles.cli_outbox",
 )
 
 

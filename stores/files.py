@@ -443,11 +443,10 @@ class FilesStore(Store[R]):
         return _Handles(root_fd, directories, process_lock, lock_fd)
 
     def _open_lock(self, root_fd: int) -> int:
-        flags = LOCK_FLAGS if self.create else LOCK_FLAGS & ~os.O_CREAT
+        # Created even without ``create``: it holds no data, and a store whose writer
+        # never ran an operation (the reference creates it lazily) has none yet.
         try:
-            fd = os.open(self.layout.lock_name, flags, 0o600, dir_fd=root_fd)
-        except FileNotFoundError:
-            raise StoreMissing(f"lock file {self.layout.lock_name} does not exist") from None
+            fd = os.open(self.layout.lock_name, LOCK_FLAGS, 0o600, dir_fd=root_fd)
         except OSError as error:
             if error.errno == errno.ELOOP:
                 raise UnsafePath(f"lock file {self.layout.lock_name} is a symbolic link") from None
@@ -456,7 +455,7 @@ class FilesStore(Store[R]):
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise UnsafePath(f"lock file {self.layout.lock_name} is not a regular file")
-            if self.create and stat.S_IMODE(info.st_mode) != 0o600:
+            if stat.S_IMODE(info.st_mode) != 0o600 and info.st_uid == os.geteuid():
                 os.fchmod(fd, 0o600)
         except BaseException as error:
             _close_quietly_after(error, fd)
@@ -808,6 +807,11 @@ class FilesStore(Store[R]):
                 if entry.name.endswith(SUFFIX)
                 and not (quarantine and entry.name.endswith(ERROR_SUFFIX))
             ]
+
+    def names(self, status: str) -> list[str]:
+        """Every ``*.json`` name in ``status``'s directory (quarantine: material only), unsorted."""
+        with self.locked():
+            return self._names(status)
 
     def count(self, status: str) -> int:
         """How many ``*.json`` files ``status``'s directory holds (quarantine: material only)."""
