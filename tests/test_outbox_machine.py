@@ -1,0 +1,181 @@
+"""The outbox table: what each row does, what each guard refuses, and that nothing else moves."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import attrs
+import pytest
+
+from lifecycles.invariants.core import InvariantViolation
+from lifecycles.invariants.outbox import OutboxRecord, OutboxStatus, entry_id_for, intent_digest
+from lifecycles.machines.core import TransitionRefused
+from lifecycles.machines.outbox import CONFLICT, NOT_ALLOWED, OUTBOX, TABLE, OutboxInputs
+from lifecycles.registry import registered
+
+T0 = "2026-05-01T10:00:00+00:00"
+T1 = "2026-05-01T10:05:00+02:00"
+
+
+def pending() -> OutboxRecord:
+    return OUTBOX.create(
+        OutboxRecord(
+            version="1", run_id="run-1", transaction_id="tx-1", action="complete",
+            result={"ok": True}, error="", reopen=False, entry_id=entry_id_for("run-1", "tx-1"),
+            state=OutboxStatus.PENDING, attempts=0, created_at=T0, last_attempt_at=None,
+            last_error=None,
+        )
+    )
+
+
+def attempted() -> OutboxRecord:
+    return OUTBOX.fire("attempt", pending(), OutboxInputs(T1))
+
+
+def delivered() -> OutboxRecord:
+    return OUTBOX.fire("deliver", attempted(), OutboxInputs(T1))
+
+
+def quarantined() -> OutboxRecord:
+    return OUTBOX.fire("quarantine", pending(), OutboxInputs(T1, reason="cannot be trusted"))
+
+
+def refusal(trigger: str, record: OutboxRecord, inputs: OutboxInputs) -> TransitionRefused:
+    with pytest.raises(TransitionRefused) as refused:
+        OUTBOX.fire(trigger, record, inputs)
+    return refused.value
+
+
+def test_the_outbox_is_registered_with_its_derived_sets() -> None:
+    assert registered()["outbox"] is OUTBOX
+    assert OUTBOX.initial is OutboxStatus.PENDING
+    assert OUTBOX.final == {OutboxStatus.DELIVERED, OutboxStatus.QUARANTINED}
+    assert OUTBOX.triggers == ("enqueue", "attempt", "deliver", "fail_delivery", "quarantine")
+    assert OUTBOX.sources("enqueue") == {OutboxStatus.PENDING, OutboxStatus.DELIVERED}
+    assert OUTBOX.dests("deliver") == {OutboxStatus.DELIVERED}
+    assert OUTBOX.allowed_triggers(OutboxStatus.QUARANTINED) == ()
+    assert OUTBOX.lease is None and OUTBOX.claimable == frozenset()
+    assert len(TABLE) == 6
+
+
+def test_creation_admits_only_a_valid_pending_record() -> None:
+    record = pending()
+    assert record.state is OutboxStatus.PENDING
+    with pytest.raises(TransitionRefused) as refused:
+        OUTBOX.create(attrs.evolve(record, state=OutboxStatus.DELIVERED))
+    assert (refused.value.code, refused.value.trigger) == (NOT_ALLOWED, "enqueue")
+    with pytest.raises(InvariantViolation) as broken:
+        OUTBOX.create(attrs.evolve(record, entry_id="0" * 32))
+    assert broken.value.rules == ("entry_id_matches_identity",)
+
+
+@pytest.mark.parametrize("record", [pending(), delivered()], ids=["pending", "delivered"])
+def test_an_identical_enqueue_is_a_row_that_changes_nothing(record: OutboxRecord) -> None:
+    same = OutboxInputs(T1, intent_digest=intent_digest(record.intent()))
+    row = OUTBOX.select_row("enqueue", record, same)
+    assert (row.source, row.dest, row.effect) == (record.state.value, record.state.value, None)
+    assert OUTBOX.fire("enqueue", record, same) == record
+
+
+@pytest.mark.parametrize("record", [pending(), delivered()], ids=["pending", "delivered"])
+def test_a_different_intent_is_refused_as_a_conflict(record: OutboxRecord) -> None:
+    other = intent_digest({**record.intent(), "result": {"ok": False}})
+    refused = refusal("enqueue", record, OutboxInputs(T1, intent_digest=other))
+    assert (refused.code, refused.guard) == (CONFLICT, "same_intent")
+    missing = refusal("enqueue", record, OutboxInputs(T1))
+    assert missing.code == CONFLICT
+
+
+def test_enqueue_of_a_quarantined_identity_is_not_allowed() -> None:
+    record = quarantined()
+    same = OutboxInputs(T1, intent_digest=intent_digest(record.intent()))
+    refused = refusal("enqueue", record, same)
+    assert (refused.code, refused.guard) == (NOT_ALLOWED, None)
+
+
+def test_an_attempt_counts_and_clears_the_last_error() -> None:
+    failed = OUTBOX.fire("fail_delivery", attempted(), OutboxInputs(T1, error="Boom: x"))
+    assert (failed.attempts, failed.last_error, failed.state) == (1, "Boom: x", "pending")
+    again = OUTBOX.fire("attempt", failed, OutboxInputs(datetime(2026, 5, 2, tzinfo=UTC)))
+    assert again.attempts == 2
+    assert again.last_attempt_at == "2026-05-02T00:00:00+00:00"
+    assert again.last_error is None
+    assert again.created_at == T0
+
+
+def test_deliver_needs_the_attempt_recorded_first() -> None:
+    refused = refusal("deliver", pending(), OutboxInputs(T1))
+    assert (refused.code, refused.guard) == ("close_outbox.not_attempted", "attempt_recorded")
+    failed = OUTBOX.fire("fail_delivery", attempted(), OutboxInputs(T1, error="Boom"))
+    assert refusal("deliver", failed, OutboxInputs(T1)).guard == "attempt_recorded"
+    done = delivered()
+    assert done.state is OutboxStatus.DELIVERED
+    assert (done.attempts, done.last_attempt_at, done.last_error) == (1, T1, None)
+
+
+def test_a_failed_delivery_keeps_a_bounded_normalised_error() -> None:
+    failed = OUTBOX.fire(
+        "fail_delivery", attempted(), OutboxInputs(T1, error="  Long\n error " + "x" * 2000)
+    )
+    assert failed.last_error is not None
+    assert failed.last_error.startswith("Long error x") and len(failed.last_error) == 1000
+    refused = refusal("fail_delivery", attempted(), OutboxInputs(T1, error=" \n "))
+    assert (refused.code, refused.guard) == ("close_outbox.error_missing", "error_described")
+
+
+def test_quarantine_keeps_its_reason_and_needs_one() -> None:
+    record = quarantined()
+    assert (record.state, record.last_error) == (OutboxStatus.QUARANTINED, "cannot be trusted")
+    refused = refusal("quarantine", pending(), OutboxInputs(T1, reason=""))
+    assert (refused.code, refused.guard) == ("close_outbox.reason_missing", "reason_given")
+
+
+@pytest.mark.parametrize(
+    ("trigger", "inputs"),
+    [
+        ("attempt", OutboxInputs(T1)),
+        ("deliver", OutboxInputs(T1)),
+        ("fail_delivery", OutboxInputs(T1, error="e")),
+        ("quarantine", OutboxInputs(T1, reason="r")),
+        ("forget", OutboxInputs(T1)),
+    ],
+)
+@pytest.mark.parametrize("record", [delivered(), quarantined()], ids=["delivered", "quarantined"])
+def test_nothing_leaves_a_final_status(
+    trigger: str, inputs: OutboxInputs, record: OutboxRecord
+) -> None:
+    refused = refusal(trigger, record, inputs)
+    assert (refused.code, refused.guard) == (NOT_ALLOWED, None)
+
+
+def test_time_is_an_input_with_a_timezone() -> None:
+    assert OutboxInputs(datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=-5)))).now == (
+        "2026-01-01T00:00:00-05:00"
+    )
+    for bad in (datetime(2026, 1, 1), "2026-01-01T00:00:00", "soon", 1.5):
+        with pytest.raises(ValueError):
+            OutboxInputs(bad)  # type: ignore[arg-type]
+
+
+def test_every_row_changes_only_the_fields_it_writes() -> None:
+    setups = {
+        ("enqueue", "pending"): (pending(), OutboxInputs(
+            T1, intent_digest=intent_digest(pending().intent()))),
+        ("enqueue", "delivered"): (delivered(), OutboxInputs(
+            T1, intent_digest=intent_digest(pending().intent()))),
+        ("attempt", "pending"): (pending(), OutboxInputs(T1)),
+        ("deliver", "pending"): (attempted(), OutboxInputs(T1)),
+        ("fail_delivery", "pending"): (attempted(), OutboxInputs(T1, error="E: x")),
+        ("quarantine", "pending"): (pending(), OutboxInputs(T1, reason="why")),
+    }
+    assert set(setups) == {(row.trigger, row.source) for row in OUTBOX.rows}
+    for row in OUTBOX.rows:
+        before, inputs = setups[(row.trigger, row.source)]
+        assert OUTBOX.select_row(row.trigger, before, inputs) == row
+        after = OUTBOX.apply_row(row, before, inputs)
+        changed = {
+            f.name for f in attrs.fields(OutboxRecord)
+            if getattr(after, f.name) != getattr(before, f.name)
+        }
+        assert changed <= set(OUTBOX.writes(row)), row.label
+        assert after.state.value == row.dest
