@@ -11,7 +11,11 @@ SIGKILL at a random moment, reopens the store and checks, after every kill:
   exactly the intent that was enqueued;
 - nothing is delivered that the deliver callback did not accept;
 - leftover temporary files are never taken for records (the pending count is the number
-  of record files), and the store opens cleanly and carries on (the next child does).
+  of record files), and the store opens cleanly and carries on (the next child does);
+- nothing is quarantined. The issue allows an acknowledged intent to end "quarantined
+  with a reason", but this test plants no bad material, so anything quarantined here is a
+  healthy intent that a crash alone sent to quarantine, for an operator to sort out: a
+  crash-safe store finishes or rolls back its interrupted moves instead.
 
 Kills: 30 by default, 300 under `HYPOTHESIS_PROFILE=deep`, or `LIFECYCLES_CRASH_KILLS=N`.
 """
@@ -97,6 +101,8 @@ def broken_promises(outbox: ModuleType, state_dir: Path, log: ChildLog) -> list[
     for entry_id in sorted(log.enqueued):
         if not view.status_of(entry_id) and not view.is_quarantined(entry_id):
             problems.append(f"acknowledged enqueue {entry_id} is lost")
+    for name, reason in sorted(view.quarantined.items()):
+        problems.append(f"quarantine/{name}: a crash alone quarantined it ({reason})")
     for entry_id in sorted(log.delivered):
         if entry_id not in view.records["delivered"]:
             problems.append(f"acknowledged delivery {entry_id} is {view.status_of(entry_id)}")
@@ -175,7 +181,9 @@ def test_acknowledged_work_survives_sigkill_at_random_points(
             "--seed",
             str(rng.randrange(2**32)),
         ]
-        delay = rng.uniform(0.0, LONGEST_RUN_BEFORE_KILL_SECONDS)
+        # A machine too busy for the children to get work done widens the window.
+        slow = len(ChildLog(log_path).enqueued) < generation
+        delay = rng.uniform(0.0, LONGEST_RUN_BEFORE_KILL_SECONDS * (4 if slow else 1))
         run_child_until_killed(command, child_environment, tmp_path / "stderr", delay)
         if not (state_dir / "close-outbox").exists():
             continue  # killed before the store was first created

@@ -3,8 +3,8 @@
 For each operation (enqueue of a new intent, a replay that delivers, a replay whose
 deliveries are refused, a replay that quarantines a corrupt record) a clean run first
 counts the calls of each kind the implementation makes: `open`, `write`, file `fsync`,
-`rename` (rename, replace or link) and directory `fsync`, plus `read` when the
-implementation reads through `os`. Then, for each kind and each N, a fresh store is built,
+`rename` (rename, replace or link) and directory `fsync`, plus `read` and `unlink` when
+the implementation makes them through `os`. Then, for each kind and each N, a fresh store is built,
 the Nth call of that kind fails, and the test checks that:
 
 - the call reports the failure: it raises `OSError` carrying the injected errno, as the
@@ -50,6 +50,9 @@ from outbox_support import (
 )
 
 WRITE_KINDS = ("open", "write", "fsync", "rename", "dir-fsync")
+# Failed in turn too when the implementation makes them: reads of stored records, and
+# unlinks (a move written as "write the destination, unlink the source").
+OBSERVED_KINDS = ("read", "unlink")
 INJECTED_ERRORS = {"EIO": errno.EIO, "ENOSPC": errno.ENOSPC}
 RUN = "run-faults"
 STORED_PENDING = "tx-pending"
@@ -141,6 +144,8 @@ def injected(plan: FaultPlan) -> Iterator[None]:
         "replace": counted("rename", os.replace),
         "rename": counted("rename", os.rename),
         "link": counted("rename", os.link),
+        "unlink": counted("unlink", os.unlink),
+        "remove": counted("unlink", os.remove),
         "fdopen": fdopen,
     }
     with pytest.MonkeyPatch.context() as patch:
@@ -305,33 +310,35 @@ def check_after_fault(
     return problems
 
 
-def drain(outbox: ModuleType, state_dir: Path, scenario: Scenario) -> None:
+def drain(outbox: ModuleType, state_dir: Path, scenario: Scenario, where: str) -> None:
     """After the fault: the store reopens, the operation succeeds, everything delivers."""
     store = outbox.CloseOutbox(state_dir=state_dir)
     pending_files = [
         name for name in os.listdir(store_root(state_dir) / "pending") if not name.startswith(".")
     ]
-    assert store.pending_count() == len(pending_files)
+    assert store.pending_count() == len(pending_files), where
     if scenario.name == "enqueue":
         receipt = store.enqueue(make_request(outbox, RUN, IN_FLIGHT))
-        assert receipt.state == "pending"
+        assert receipt.state == "pending", where
     accepted: set[str] = set()
     for _ in range(5):
         store.replay(accept_all(accepted), limit=100)
         if store.pending_count() == 0:
             break
-    assert store.pending_count() == 0
+    assert store.pending_count() == 0, where
     planted_ids = frozenset(entry_id_of(RUN, t) for t in scenario.planted)
     view = StoreView(outbox, state_dir, planted_ids)
-    assert not view.problems
-    assert not leftovers(state_dir)
+    assert not view.problems, where
+    assert not leftovers(state_dir), where
     expected_delivered = {
         entry_id_of(RUN, t) for t in (STORED_DELIVERED, STORED_PENDING, *scenario.in_flight)
     }
-    assert set(view.records["delivered"]) == expected_delivered
-    assert all(view.is_quarantined(entry_id) for entry_id in planted_ids)
+    assert set(view.records["delivered"]) == expected_delivered, where
+    assert all(view.is_quarantined(entry_id) for entry_id in planted_ids), where
     healthy_quarantined = [n for n in view.quarantined if n.split(".", 1)[0] not in planted_ids]
-    assert not healthy_quarantined, f"healthy records quarantined: {healthy_quarantined}"
+    assert not healthy_quarantined, (
+        f"{where}, then a clean replay quarantined {healthy_quarantined}"
+    )
 
 
 @pytest.fixture
@@ -349,7 +356,7 @@ def test_a_clean_run_shows_every_kind_of_write_call(
 
 
 @pytest.mark.parametrize("error_name", sorted(INJECTED_ERRORS))
-@pytest.mark.parametrize("kind", [*WRITE_KINDS, "read"])
+@pytest.mark.parametrize("kind", [*WRITE_KINDS, *OBSERVED_KINDS])
 @pytest.mark.parametrize("scenario_name", sorted(SCENARIOS))
 def test_each_failing_call_is_reported_and_loses_nothing(
     outbox: ModuleType, tmp_path: Path, scenario_name: str, kind: str, error_name: str
@@ -385,4 +392,4 @@ def test_each_failing_call_is_reported_and_loses_nothing(
         assert descriptors_after == descriptors_before, f"{where}: leaked descriptors"
         problems = check_after_fault(outbox, state_dir, scenario, before, accepted)
         assert not problems, f"{where}:\n" + "\n".join(problems)
-        drain(outbox, state_dir, scenario)
+        drain(outbox, state_dir, scenario, where)
