@@ -190,6 +190,15 @@ def test_statuses_declared_refuses_a_misspelled_source(monkeypatch: pytest.Monke
     assert_refused(monkeypatch, declaration(table=table), "statuses_declared", "runing")
 
 
+def test_statuses_declared_refuses_a_final_status_of_another_enum(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A final status outside the status enum is a typo like a misspelled dest; today
+    # it is accepted silently.
+    arguments = declaration(final=[Job.DONE, Elsewhere.NOWHERE])
+    assert_refused(monkeypatch, arguments, "statuses_declared", "nowhere", alone=False)
+
+
 # --- one_initial_status ------------------------------------------------------
 
 
@@ -216,6 +225,14 @@ def test_one_initial_status_refuses_an_undeclared_one(monkeypatch: pytest.Monkey
     arguments = declaration(initial=Elsewhere.NOWHERE)
     assert_refused(monkeypatch, arguments, "one_initial_status", "nowhere", "undeclared",
                    alone=False)
+
+
+def test_one_initial_status_refuses_a_plain_string(monkeypatch: pytest.MonkeyPatch) -> None:
+    # "new" equals Job.NEW (a StrEnum) and hashes like it, so a membership test lets it
+    # through; it must still be refused by name, not crash a later check with
+    # AttributeError ('str' object has no attribute 'value').
+    arguments = declaration(initial="new")
+    assert_refused(monkeypatch, arguments, "one_initial_status", "'new'", alone=False)
 
 
 def test_one_initial_status_refuses_an_initial_that_is_final(
@@ -409,6 +426,21 @@ def test_rows_distinguishable_refuses_an_unguarded_row_shadowing_another(
         monkeypatch, declaration(table=table), "rows_distinguishable", "start from new",
         "shadows",
     )
+
+
+def test_rows_distinguishable_refuses_a_row_whose_guards_repeat_an_earlier_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The second row needs everything the first needs (and more), so whenever it could
+    # fire the first fires instead: it is shadowed just like after an unguarded row.
+    table = [
+        {"trigger": "start", "source": "new", "dest": "running", "conditions": ["is_ready"],
+         "after": "count_run"},
+        {"trigger": "start", "source": "new", "dest": "done", "conditions": ["is_ready"]},
+        {"trigger": "finish", "source": "running", "dest": "done"},
+    ]
+    assert_refused(monkeypatch, declaration(table=table), "rows_distinguishable",
+                   "start from new", "shadows")
 
 
 def test_rows_distinguishable_allows_an_unguarded_last_row(
