@@ -491,7 +491,7 @@ def test_one_machine_per_lifecycle_and_firing_grows_nothing(
         raise AssertionError("firing must not add models or build machines")
 
     monkeypatch.setattr(Machine, "add_model", forbidden)
-    monkeypatch.setattr(core.Machine, "__init__", forbidden)
+    monkeypatch.setattr(Machine, "__init__", forbidden)
     events_before = {name: len(event.transitions) for name, event in machine.events.items()}
     states_before = set(machine.states)
 

@@ -435,7 +435,7 @@ def domain(column: str) -> list[Any]:
         return [-1, 0, 1, 2, 5, 19, 20, 21]
     if column.endswith("_at"):
         return [*VALID_TIMES, T0 - 1, T0 + 1]
-    return {
+    by_column: dict[str, list[Any]] = {
         "terminal_status": TERMINAL,
         "notification_sha256": VALID_SHAS,
         "status": [s.value for s in MonitorStatus],
@@ -443,7 +443,8 @@ def domain(column: str) -> list[Any]:
         "last_error_code": VALID_ERRORS,
         "receiver_error_code": VALID_ERRORS,
         "receiver_lease_expired": [0, 1],
-    }[column]
+    }
+    return by_column[column]
 
 
 @st.composite
@@ -509,14 +510,14 @@ def without_documented_divergences(row: Mapping[str, Any]) -> dict[str, Any]:
     return repaired
 
 
-@settings(max_examples=max(100, settings.default.max_examples))
+@settings(max_examples=max(100, settings().max_examples))
 @given(valid_rows())
 def test_generated_valid_rows_are_accepted_by_both(row: dict[str, Any]) -> None:
     assert reference_accepts(row)
     assert lifecycles_verdict(row) == (True, ())
 
 
-@settings(max_examples=max(400, settings.default.max_examples))
+@settings(max_examples=max(400, settings().max_examples))
 @given(mutated_rows())
 def test_lifecycles_accepts_exactly_the_rows_the_reference_accepts(row: dict[str, Any]) -> None:
     accepted_by_reference = reference_accepts(row)

@@ -482,9 +482,10 @@ def test_a_lease_is_live_until_just_before_it_expires() -> None:
     last_moment = math.nextafter(LEASED.lease_expires_at, 0)
     done = MONITOR.fire("fail_attempt", LEASED, held(last_moment, error_code="x"))
     assert done.status == "failed"
-    for trigger, changes in [("fail_attempt", {"error_code": "x"}),
-                             ("observe_progress", {"answer": parse_answer(
-                                 response_for(LEASED, "pending"), LEASED, CAPS)})]:
+    answer = parse_answer(response_for(LEASED, "pending"), LEASED, CAPS)
+    attempts: list[tuple[str, dict[str, Any]]] = [
+        ("fail_attempt", {"error_code": "x"}), ("observe_progress", {"answer": answer})]
+    for trigger, changes in attempts:
         with pytest.raises(TransitionRefused) as refused:
             MONITOR.fire(trigger, LEASED, held(LEASED.lease_expires_at, **changes))
         assert (refused.value.guard, refused.value.code) == (
@@ -546,7 +547,7 @@ def responses(draw: st.DrawFn, record: MonitorRecord) -> object:
     return response
 
 
-@settings(max_examples=max(250, settings.default.max_examples))
+@settings(max_examples=max(250, settings().max_examples))
 @given(st.data())
 def test_parse_answer_accepts_exactly_what_the_reference_completes(data: st.DataObject) -> None:
     ref = Reference()
@@ -640,13 +641,13 @@ CODES = [MISSING, None, "reader.timeout", "cms.notification_unavailable", "Bad",
 FLAGS = [MISSING, True, True, True, False, 1, "True", None]
 
 
-@settings(max_examples=max(150, settings.default.max_examples))
+@settings(max_examples=max(150, settings().max_examples))
 @given(st.sampled_from(CODES), st.sampled_from(FLAGS), st.sampled_from(FLAGS),
        st.sampled_from([ReaderError, ValueError, OSError, KeyError]))
 def test_reader_error_code_matches_run_once(
     code: Any, cms: Any, retryable: Any, kind: type[Exception]
 ) -> None:
-    error = reader_error(code, cms, retryable)
+    error: Exception = reader_error(code, cms, retryable)
     if kind is not ReaderError:
         error = kind("the reader failed")
         for name, value in vars(reader_error(code, cms, retryable)).items():
@@ -695,7 +696,7 @@ STEP = st.one_of(
 )
 
 
-@settings(max_examples=max(150, settings.default.max_examples))
+@settings(max_examples=max(150, settings().max_examples))
 @given(
     max_failures=st.integers(1, 6),
     policy=st.sampled_from([
