@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import gc
+from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
 from typing import Any
 
@@ -509,3 +510,28 @@ def test_one_machine_per_lifecycle_and_firing_grows_nothing(
     assert set(machine.states) == states_before
     gc.collect()
     assert not [obj for obj in gc.get_objects() if isinstance(obj, core._Adapter)]
+
+
+def test_the_shared_machine_fires_correctly_from_many_threads() -> None:
+    # One machine serves every record, so workers in threads share it: each firing
+    # must see only its own record and inputs.
+    records = [attrs.evolve(registered(), event_id=f"evt-{n}", next_poll_at=T0 + n % 7)
+               for n in range(400)]
+
+    def fire_all(offset: int) -> list[MonitorRecord]:
+        out = []
+        for record in records:
+            now = T0 + offset
+            try:
+                out.append(MONITOR.fire("claim", record, MonitorInputs(
+                    now=now, worker_id=f"worker-{offset}", lease_token=f"t-{record.event_id}")))
+            except TransitionRefused as refused:
+                assert refused.guard == "poll_is_due"
+                out.append(record)
+        return out
+
+    offsets = list(range(8))
+    expected = [fire_all(offset) for offset in offsets]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert list(pool.map(fire_all, offsets)) == expected
+    assert MONITOR.machine.models == []
