@@ -43,6 +43,7 @@ from lifecycles.machines.monitor import (
     ReceiverAnswer,
     ReceiverStatus,
     RetryPolicy,
+    complete_with_answer,
     new_record,
     parse_answer,
     reader_error_code,
@@ -561,20 +562,27 @@ def test_parse_answer_accepts_exactly_what_the_reference_completes(data: st.Data
     accepted_by_reference = row["last_error_code"] != CODE + "response_invalid"
     parsed = parse_answer(response, record, CAPS)
     assert (parsed is not None) == accepted_by_reference
+    inputs = held(now, token=record.lease_token or "")
+    completed = complete_with_answer(record, parsed, inputs)
+    assert MONITOR_INVARIANTS.broken(completed) == []
     if parsed is None:
         event("both refuse")
+        assert as_row(completed) == row  # failed with response_invalid, on both sides
         return
     try:
-        done = MONITOR.fire(trigger_for_answer(parsed), record, held(
-            now, token=record.lease_token or "", answer=parsed))
+        MONITOR.fire(trigger_for_answer(parsed), record, attrs.evolve(inputs, answer=parsed))
     except InvariantViolation as refused:
-        # Only the reference's known defect gets here: it wrote a row it cannot read.
+        # Only the reference's known defect gets here: it wrote a row it cannot read,
+        # where lifecycles fails the item with response_invalid and writes nothing invalid.
         event("the reference's defect: refused here, written there")
         assert refused.rules == ("receiver_error_iff_receiver_waiting_or_failed",)
         assert not ref.row_is_valid()
+        assert (completed.status, completed.last_error_code) == (
+            "failed", CODE + "response_invalid")
+        assert completed.receiver_status is None
         return
     event(f"both accept: {parsed.processing_status.value}")
-    assert as_row(done) == row
+    assert as_row(completed) == row
     assert ref.row_is_valid()
 
 
@@ -753,20 +761,78 @@ def test_every_step_matches_the_reference(
             else:
                 blocked = ref.complete(claim, response, now)
                 parsed = parse_answer(response, record, CAPS)
-                if parsed is None:
-                    trigger = "fail_attempt"
-                    inputs = attrs.evolve(inputs, error_code=CODE + "response_invalid")
-                else:
-                    trigger = trigger_for_answer(parsed)
-                    inputs = attrs.evolve(inputs, answer=parsed)
+                trigger = "complete_with_answer"
             try:
-                record = MONITOR.fire(trigger, record, inputs)
+                if trigger == "complete_with_answer":
+                    record = complete_with_answer(record, parsed, inputs)
+                else:
+                    record = MONITOR.fire(trigger, record, inputs)
             except TransitionRefused as refused:
                 assert refused.code == blocked
                 event(f"refused: {refused.code}")
             else:
                 assert blocked is None
-                event(f"{trigger} -> {record.status}")
+                event(f"{step[0]} -> {record.status}")
         assert as_row(record) == ref.row()
         assert ref.row_is_valid()
         assert MONITOR_INVARIANTS.broken(record) == []
+
+
+# --- complete_with_answer: the one rule for a receiver's answer -------------------------
+
+
+def test_complete_with_answer_fires_the_answer_trigger() -> None:
+    for kind, (status, local_error) in ANSWER_KINDS.items():
+        parsed = parse_answer(response_for(LEASED, kind), LEASED, CAPS)
+        done = complete_with_answer(LEASED, parsed, held(T0 + 1))
+        assert (done.status, done.last_error_code, done.receiver_status) == (
+            status, local_error, kind)
+
+
+@pytest.mark.parametrize("defect", [False, True], ids=["untrusted", "invariant-breaking"])
+def test_complete_with_answer_fails_a_bad_answer_with_response_invalid(defect: bool) -> None:
+    # Even with failures left and a retryable flag in the inputs, it is final.
+    leased = attrs.evolve(LEASED, max_failures=20)
+    parsed = (
+        parse_answer(response_for(leased, "retry_wait", last_error_code=None), leased, CAPS)
+        if defect else None
+    )
+    assert (parsed is not None) == defect
+    done = complete_with_answer(leased, parsed, held(T0 + 1, retryable=True,
+                                                     error_code="reader.timeout"))
+    assert (done.status, done.last_error_code, done.failures) == (
+        "failed", CODE + "response_invalid", 1)
+    assert done.receiver_status is None  # nothing of the answer is kept
+    assert MONITOR_INVARIANTS.broken(done) == []
+
+
+@pytest.mark.parametrize("answer_kind", [None, "pending", "defect"])
+def test_complete_with_answer_lets_lease_refusals_through(answer_kind: str | None) -> None:
+    if answer_kind == "defect":
+        response = response_for(LEASED, "failed", last_error_code=None)
+    else:
+        response = response_for(LEASED, answer_kind or "pending", capabilities_sha256=(
+            OTHER_CAPS if answer_kind is None else CAPS))
+    parsed = parse_answer(response, LEASED, CAPS)
+    assert LEASED.lease_expires_at is not None
+    with pytest.raises(TransitionRefused) as expired:
+        complete_with_answer(LEASED, parsed, held(LEASED.lease_expires_at))
+    assert expired.value.code == CODE + "lease_expired"
+    with pytest.raises(TransitionRefused) as lost:
+        complete_with_answer(LEASED, parsed, held(T0 + 1, token="someone-else"))
+    assert lost.value.code == CODE + "claim_lost"
+    with pytest.raises(TransitionRefused) as finished:
+        complete_with_answer(WATCHING, parsed, held(T0 + 1))
+    assert finished.value.code == CODE + "claim_lost"
+
+
+def test_complete_with_answer_fires_through_the_given_fire() -> None:
+    calls: list[str] = []
+
+    def fire(trigger: str, record: MonitorRecord, inputs: MonitorInputs) -> MonitorRecord:
+        calls.append(trigger)
+        return MONITOR.fire(trigger, record, inputs)
+
+    bad = parse_answer(response_for(LEASED, "retry_wait", last_error_code=None), LEASED, CAPS)
+    complete_with_answer(LEASED, bad, held(T0 + 1), fire)
+    assert calls == ["observe_progress", "fail_attempt"]
