@@ -535,3 +535,54 @@ def test_the_shared_machine_fires_correctly_from_many_threads() -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
         assert list(pool.map(fire_all, offsets)) == expected
     assert MONITOR.machine.models == []
+
+
+# --- records whose attrs validators read other fields ---------------------------------
+
+
+class Phase(StrEnum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+def _high_not_below_low(instance: Any, attribute: Any, value: int) -> None:
+    if value < instance.low:
+        raise ValueError(f"high {value} is below low {instance.low}")
+
+
+@attrs.frozen
+class Window:
+    """A record with a plain attrs validator that reads another field."""
+
+    key: str
+    status: Phase
+    low: int
+    high: int = attrs.field(validator=_high_not_below_low)
+
+
+@effect("high", "low")
+def move_window(r: Window, i: dict[str, int]) -> Changes:
+    """Move the window to the inputs' bounds."""
+    return {"high": i["high"], "low": i["low"]}
+
+
+WINDOW: Lifecycle[Window, dict[str, int]] = Lifecycle(
+    name="window", statuses=Phase,
+    table=[{"trigger": "move", "source": "open", "dest": "open", "after": "move_window"},
+           {"trigger": "close", "source": "open", "dest": "closed"}],
+    initial=Phase.OPEN, final=[Phase.CLOSED], creation="create", guards=[],
+    effects=[move_window], invariants=InvariantSet("window.invalid", []), record_type=Window,
+    key_field="key", not_allowed_code="window.not_allowed",
+)
+
+
+def test_a_transition_validates_like_attrs_evolve_when_validators_read_other_fields() -> None:
+    window = Window("w", Phase.OPEN, low=5, high=6)
+    # (2, 3) is a valid window: attrs.evolve builds it, so must the engine.
+    assert attrs.evolve(window, high=3, low=2) == Window("w", Phase.OPEN, 2, 3)
+    assert WINDOW.fire("move", window, {"high": 3, "low": 2}) == Window("w", Phase.OPEN, 2, 3)
+    # (7, 6) is not: attrs.evolve refuses it, so must the engine.
+    with pytest.raises(ValueError, match="below low"):
+        attrs.evolve(window, high=6, low=7)
+    with pytest.raises(ValueError, match="below low"):
+        WINDOW.fire("move", window, {"high": 6, "low": 7})
