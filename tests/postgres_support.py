@@ -35,21 +35,23 @@ def connect_in(schema: str, **options: Any) -> Any:
     )
 
 
-def create_schema() -> str:
+def create_schema(dsn: str | None = None) -> str:
     import psycopg
 
-    assert DSN is not None
+    dsn = dsn or DSN
+    assert dsn is not None
     name = f"lc_{secrets.token_hex(6)}"
-    with psycopg.connect(DSN, autocommit=True) as admin:
+    with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(f"CREATE SCHEMA {name}")  # name is ours: lc_ + hex
     return name
 
 
-def drop_schema(name: str) -> None:
+def drop_schema(name: str, dsn: str | None = None) -> None:
     import psycopg
 
-    assert DSN is not None
-    with psycopg.connect(DSN, autocommit=True) as admin:
+    dsn = dsn or DSN
+    assert dsn is not None
+    with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
 
 
