@@ -64,7 +64,9 @@ CLAIMER = "worker-a"
 INTRUDER = "worker-z"
 MAX_FAILURES = (1, 2, 3)
 
-Completer = Callable[[MonitorRecord, ReceiverAnswer | None, MonitorInputs, FireMonitor], MonitorRecord]
+Completer = Callable[
+    [MonitorRecord, ReceiverAnswer | None, MonitorInputs, FireMonitor], MonitorRecord
+]
 
 
 def initial_records() -> list[MonitorRecord]:
@@ -120,7 +122,8 @@ def claim_inputs(r: MonitorRecord) -> list[MonitorInputs]:
 
 
 def expiry_inputs(r: MonitorRecord) -> list[MonitorInputs]:
-    return [MonitorInputs(now=now, policy=POLICY) for now in _near(r.updated_at, r.lease_expires_at)]
+    times = _near(r.updated_at, r.lease_expires_at)
+    return [MonitorInputs(now=now, policy=POLICY) for now in times]
 
 
 def _describe_timed(r: MonitorRecord, i: MonitorInputs) -> str:
@@ -128,7 +131,7 @@ def _describe_timed(r: MonitorRecord, i: MonitorInputs) -> str:
     return f"now={_relative(r, i.now)}{who}"
 
 
-# --- complete_poll: a receiver response ---------------------------------------------
+# --- the receiver's responses, grouped by the trigger they aim at ---------------------
 
 
 @attrs.frozen
@@ -153,83 +156,97 @@ def _answer(r: MonitorRecord, **fields: Any) -> dict[str, Any]:
     return response
 
 
-def responses(r: MonitorRecord) -> list[tuple[str, object]]:
-    """Every kind of receiver response about ``r``, labelled."""
-    lease = START + 900.0
-    valid: list[tuple[str, object]] = [
+LEASE_AT_RECEIVER = START + 900.0
+
+
+def progress_responses(r: MonitorRecord) -> list[tuple[str, object]]:
+    """Answers that keep the item watched; the last parses but breaks an invariant."""
+    return [
         ("pending", _answer(r)),
-        ("leased", _answer(r, processing_status="leased", attempts=1, lease_expires_at=lease)),
+        ("leased", _answer(r, processing_status="leased", attempts=1,
+                           lease_expires_at=LEASE_AT_RECEIVER)),
         ("leased, lease expired", _answer(r, processing_status="leased", attempts=1,
-                                          lease_expires_at=lease, lease_expired=True)),
+                                          lease_expires_at=LEASE_AT_RECEIVER,
+                                          lease_expired=True)),
         ("retry_wait with error", _answer(r, processing_status="retry_wait", attempts=2,
                                           last_error_code="cms.receiver_busy")),
-        ("failed with error", _answer(r, processing_status="failed", attempts=5,
-                                      last_error_code="cms.publication_failed")),
+        # The reference's defect: parses, but breaks
+        # receiver_error_iff_receiver_waiting_or_failed.
+        ("retry_wait without error", _answer(r, processing_status="retry_wait", attempts=2)),
+    ]
+
+
+def success_responses(r: MonitorRecord) -> list[tuple[str, object]]:
+    return [
         ("succeeded", _answer(r, processing_status="succeeded", attempts=1,
                               processed_at=START + 5.0)),
+        ("error code on success", _answer(r, processing_status="succeeded", attempts=1,
+                                          processed_at=START, last_error_code="cms.oops")),
     ]
+
+
+def failure_responses(r: MonitorRecord) -> list[tuple[str, object]]:
+    return [
+        ("failed with error", _answer(r, processing_status="failed", attempts=5,
+                                      last_error_code="cms.publication_failed")),
+        # The reference's defect again, on the failed side.
+        ("failed without error", _answer(r, processing_status="failed", attempts=5)),
+    ]
+
+
+def rejected_responses(r: MonitorRecord) -> list[tuple[str, object]]:
+    """Responses parse_answer refuses: the attempt fails with response_invalid."""
     missing = _answer(r)
     del missing["processed_at"]
-    rejected: list[tuple[str, object]] = [
+    return [
         ("not a mapping", ["pending"]),
         ("a field missing", missing),
         ("another schema", _answer(r, schema="blun.other.v1")),
         ("another event", _answer(r, event_id="evt-other")),
         ("other capabilities", _answer(r, capabilities_sha256="d" * 64)),
         ("attempts above max", _answer(r, attempts=6, max_attempts=5)),
-        ("error code on success", _answer(r, processing_status="succeeded", attempts=1,
-                                          processed_at=START, last_error_code="cms.oops")),
         ("leased without expiry", _answer(r, processing_status="leased", attempts=1)),
     ]
-    # These parse, but the record they would produce breaks
-    # receiver_error_iff_receiver_waiting_or_failed: the reference's defect.
-    breaking: list[tuple[str, object]] = [
-        ("retry_wait without error", _answer(r, processing_status="retry_wait", attempts=2)),
-        ("failed without error", _answer(r, processing_status="failed", attempts=5)),
-    ]
-    return valid + rejected + breaking
 
 
-def poll_choices(r: MonitorRecord) -> list[Poll]:
-    if r.lease_expires_at is None:
-        return []
-    held = MonitorInputs(now=r.updated_at, policy=POLICY, worker_id=r.lease_owner,
+def responses(r: MonitorRecord) -> list[tuple[str, object]]:
+    """Every kind of receiver response about ``r``, labelled."""
+    return [*progress_responses(r), *success_responses(r), *failure_responses(r),
+            *rejected_responses(r)]
+
+
+def _held(r: MonitorRecord) -> MonitorInputs:
+    return MonitorInputs(now=r.updated_at, policy=POLICY, worker_id=r.lease_owner,
                          lease_token=r.lease_token, lease_seconds=LEASE_SECONDS)
-    polls = [
+
+
+def _live_polls(r: MonitorRecord, kinds: list[tuple[str, object]]) -> list[Poll]:
+    """Each response from the holder, at the clock and one second before the lease expires."""
+    held = _held(r)
+    expiry = r.lease_expires_at if r.lease_expires_at is not None else r.updated_at + 1.0
+    return [
         Poll(attrs.evolve(held, now=now), response, label)
-        for now in (r.updated_at, r.lease_expires_at - 1.0)
-        for label, response in responses(r)
+        for now in sorted({r.updated_at, expiry - 1.0})
+        for label, response in kinds
     ]
-    pending = _answer(r)
-    polls += [
+
+
+def _refused_polls(r: MonitorRecord) -> list[Poll]:
+    """The same valid answer from an intruder, a stale token, and after the lease expired."""
+    held, pending = _held(r), _answer(r)
+    expiry = r.lease_expires_at if r.lease_expires_at is not None else r.updated_at
+    return [
         Poll(attrs.evolve(held, worker_id=INTRUDER), pending, "pending"),
         Poll(attrs.evolve(held, lease_token="lease-stale"), pending, "pending"),
-        *(Poll(attrs.evolve(held, now=now), pending, "pending")
-          for now in (r.lease_expires_at, r.lease_expires_at + 1.0)),
+        *(Poll(attrs.evolve(held, now=now), pending, "pending") for now in (expiry, expiry + 1.0)),
     ]
-    return polls
 
 
 def _describe_poll(r: MonitorRecord, poll: Poll) -> str:
     return f"{poll.label!r} {_describe_timed(r, poll.inputs)}"
 
 
-def completion_move(complete: Completer) -> Move[MonitorRecord, Poll]:
-    """The ``complete_poll`` move driven by ``complete`` (tests swap in a defective one)."""
-
-    def run(fire: Fire, record: MonitorRecord, poll: Poll) -> MonitorRecord:
-        answer = parse_answer(poll.response, record, CAPABILITIES_SHA256)
-        return complete(record, answer, poll.inputs, fire)
-
-    return Move(
-        name="complete_poll",
-        triggers=("observe_progress", "observe_success", "observe_failure", "fail_attempt"),
-        choices=poll_choices, run=run, strategy=poll_strategy, describe=_describe_poll,
-        meaning="the lease holder completes the poll with the receiver's response",
-    )
-
-
-# --- reader_error: the read raised ------------------------------------------------------
+# --- reader errors: the read raised ---------------------------------------------------
 
 
 class ReaderError(Exception):
@@ -263,24 +280,45 @@ class ReadFailure:
     error: BaseException
 
 
-def reader_error_choices(r: MonitorRecord) -> list[ReadFailure]:
-    held = MonitorInputs(now=r.updated_at, policy=POLICY, worker_id=r.lease_owner,
-                         lease_token=r.lease_token, lease_seconds=LEASE_SECONDS)
-    return [ReadFailure(held, error) for error in READER_ERRORS]
+# --- the moves: one per trigger -------------------------------------------------------
 
 
-def run_reader_error(fire: Fire, record: MonitorRecord, failure: ReadFailure) -> MonitorRecord:
-    code, retryable = reader_error_code(failure.error)
-    inputs = attrs.evolve(failure.inputs, error_code=code, retryable=retryable)
-    result: MonitorRecord = fire("fail_attempt", record, inputs)
-    return result
+def _completion(complete: Completer) -> Callable[[Fire, MonitorRecord, Poll], MonitorRecord]:
+    def run(fire: Fire, record: MonitorRecord, poll: Poll) -> MonitorRecord:
+        answer = parse_answer(poll.response, record, CAPABILITIES_SHA256)
+        return complete(record, answer, poll.inputs, fire)
+
+    return run
 
 
-def _describe_failure(r: MonitorRecord, failure: ReadFailure) -> str:
-    return f"{failure.error!r} {_describe_timed(r, failure.inputs)}"
+def _fail_attempt(complete: Completer) -> Callable[[Fire, MonitorRecord, Any], MonitorRecord]:
+    completion = _completion(complete)
+
+    def run(fire: Fire, record: MonitorRecord, choice: ReadFailure | Poll) -> MonitorRecord:
+        if isinstance(choice, Poll):
+            return completion(fire, record, choice)
+        code, retryable = reader_error_code(choice.error)
+        inputs = attrs.evolve(choice.inputs, error_code=code, retryable=retryable)
+        result: MonitorRecord = fire("fail_attempt", record, inputs)
+        return result
+
+    return run
+
+
+def _describe_fail_attempt(r: MonitorRecord, choice: ReadFailure | Poll) -> str:
+    if isinstance(choice, Poll):
+        return _describe_poll(r, choice)
+    return f"{choice.error!r} {_describe_timed(r, choice.inputs)}"
+
+
+def fail_attempt_choices(r: MonitorRecord) -> list[ReadFailure | Poll]:
+    failures: list[ReadFailure | Poll] = [ReadFailure(_held(r), e) for e in READER_ERRORS]
+    return failures + _live_polls(r, rejected_responses(r))
 
 
 # --- Hypothesis strategies (imported lazily: production never needs Hypothesis) ----------
+# Hypothesis favours the first of a list while generating: every list starts with the
+# case that moves the record, so short runs still reach every row.
 
 
 def _times_from(r: MonitorRecord, *marks: float | None) -> SearchStrategy[float]:
@@ -298,7 +336,7 @@ def claim_strategy(r: MonitorRecord) -> SearchStrategy[MonitorInputs]:
     return st.builds(
         MonitorInputs, now=_times_from(r, r.next_poll_at), policy=st.just(POLICY),
         worker_id=st.sampled_from([CLAIMER, "worker-b"]),
-        lease_token=st.sampled_from(["lease-x", "lease-y", f"lease-{r.poll_attempts + 1}"]),
+        lease_token=st.sampled_from([f"lease-{r.poll_attempts + 1}", "lease-x", "lease-y"]),
         lease_seconds=st.sampled_from([LEASE_SECONDS, 1.0, 30.0]),
     )
 
@@ -306,26 +344,32 @@ def claim_strategy(r: MonitorRecord) -> SearchStrategy[MonitorInputs]:
 def expiry_strategy(r: MonitorRecord) -> SearchStrategy[MonitorInputs]:
     from hypothesis import strategies as st
 
-    return st.builds(MonitorInputs, now=_times_from(r, r.lease_expires_at), policy=st.just(POLICY))
+    expiry = r.lease_expires_at if r.lease_expires_at is not None else r.updated_at
+    return st.builds(
+        MonitorInputs,
+        now=st.one_of(st.just(expiry), _times_from(r, r.lease_expires_at)),
+        policy=st.just(POLICY),
+    )
 
 
 def _holder_inputs(r: MonitorRecord) -> SearchStrategy[MonitorInputs]:
     from hypothesis import strategies as st
 
-    identity = st.sampled_from([
-        (r.lease_owner, r.lease_token), (r.lease_owner, r.lease_token),
-        (r.lease_owner, r.lease_token), (INTRUDER, r.lease_token), (r.lease_owner, "lease-stale"),
-    ])
+    holder = (r.lease_owner, r.lease_token)
+    identity = st.sampled_from(
+        [holder] * 6 + [(INTRUDER, r.lease_token), (r.lease_owner, "lease-stale")]
+    )
     return st.builds(
         lambda who, now: MonitorInputs(now=now, policy=POLICY, worker_id=who[0],
                                        lease_token=who[1], lease_seconds=LEASE_SECONDS),
         identity,
-        st.one_of(st.just(r.updated_at), _times_from(r, r.lease_expires_at)),
+        st.one_of(st.just(r.updated_at), st.just(r.updated_at), st.just(r.updated_at),
+                  _times_from(r, r.lease_expires_at)),
     )
 
 
-def generated_response(r: MonitorRecord) -> SearchStrategy[dict[str, Any]]:
-    """Well-typed responses with every field drawn independently, most of them inconsistent."""
+def generated_response(r: MonitorRecord, statuses: list[str]) -> SearchStrategy[dict[str, Any]]:
+    """Well-typed responses with every field drawn independently, many inconsistent."""
     from hypothesis import strategies as st
 
     time_or_none = st.one_of(st.none(), st.floats(0.0, 5000.0))
@@ -335,24 +379,29 @@ def generated_response(r: MonitorRecord) -> SearchStrategy[dict[str, Any]]:
             lease_expires_at=lease, lease_expired=expired, last_error_code=error,
             processed_at=processed,
         ),
-        st.sampled_from(["pending", "leased", "retry_wait", "failed", "succeeded"]),
-        st.integers(0, 22), st.integers(0, 21), time_or_none, st.booleans(),
-        st.sampled_from([None, "cms.receiver_busy", "Bad Code"]), time_or_none,
+        st.sampled_from(statuses), st.integers(0, 22), st.integers(0, 21), time_or_none,
+        st.booleans(), st.sampled_from([None, "cms.receiver_busy", "Bad Code"]), time_or_none,
     )
 
 
-def poll_strategy(r: MonitorRecord) -> SearchStrategy[Poll]:
-    from hypothesis import strategies as st
+def _poll_strategy(
+    kinds: Callable[[MonitorRecord], list[tuple[str, object]]], statuses: list[str]
+) -> Callable[[MonitorRecord], SearchStrategy[Poll]]:
+    def strategy(r: MonitorRecord) -> SearchStrategy[Poll]:
+        from hypothesis import strategies as st
 
-    labelled = st.one_of(
-        st.sampled_from(responses(r)),
-        generated_response(r).map(lambda response: ("generated", response)),
-    )
-    return st.builds(lambda inputs, pair: Poll(inputs, pair[1], pair[0]),
-                     _holder_inputs(r), labelled)
+        listed = kinds(r)
+        labelled = st.one_of(
+            st.just(listed[0]), st.sampled_from(listed),
+            generated_response(r, statuses).map(lambda response: ("generated", response)),
+        )
+        return st.builds(lambda inputs, pair: Poll(inputs, pair[1], pair[0]),
+                         _holder_inputs(r), labelled)
+
+    return strategy
 
 
-def reader_error_strategy(r: MonitorRecord) -> SearchStrategy[ReadFailure]:
+def fail_attempt_strategy(r: MonitorRecord) -> SearchStrategy[ReadFailure | Poll]:
     from hypothesis import strategies as st
 
     error = st.one_of(
@@ -360,7 +409,11 @@ def reader_error_strategy(r: MonitorRecord) -> SearchStrategy[ReadFailure]:
         st.builds(ReaderError, st.sampled_from(["cms.timeout", "cms.gone", "X"]),
                   st.booleans(), st.sampled_from([True, False, None])),
     )
-    return st.builds(ReadFailure, _holder_inputs(r), error)
+    failure = st.builds(ReadFailure, _holder_inputs(r), error)
+    rejected = st.builds(lambda inputs, pair: Poll(inputs, pair[1], pair[0]),
+                         _holder_inputs(r), st.sampled_from(rejected_responses(r)))
+    retryable_now = st.just(ReadFailure(_held(r), READER_ERRORS[0]))
+    return st.one_of(retryable_now, failure, rejected)
 
 
 def new_records() -> SearchStrategy[MonitorRecord]:
@@ -373,7 +426,7 @@ def new_records() -> SearchStrategy[MonitorRecord]:
             terminal_status="published", notification_sha256="a" * 64,
             max_failures=limit, now=now,
         ),
-        st.sampled_from(["evt-1", "evt-2", "evt-3"]), st.integers(1, 4),
+        st.sampled_from(["evt-1", "evt-2", "evt-3"]), st.sampled_from([3, 2, 1, 4]),
         st.sampled_from([0.0, START, START + 0.5]),
     )
 
@@ -387,16 +440,34 @@ def _complete(record: MonitorRecord, answer: ReceiverAnswer | None, inputs: Moni
 
 
 def monitor_exploration(complete: Completer = _complete) -> Exploration[MonitorRecord]:
-    """The monitor's exploration; ``complete`` is the answer rule under test."""
+    """The monitor's exploration; ``complete`` is the answer rule under test (default:
+    :func:`complete_with_answer`; the tests swap in the reference's defect)."""
+    completion = _completion(complete)
+
+    def observe(trigger: str, kinds: Callable[[MonitorRecord], list[tuple[str, object]]],
+                statuses: list[str], refusals: bool = False) -> Move[MonitorRecord, Poll]:
+        def choices(r: MonitorRecord) -> list[Poll]:
+            return _live_polls(r, kinds(r)) + (_refused_polls(r) if refusals else [])
+
+        return Move(
+            name=trigger, triggers=(trigger, "fail_attempt"), choices=choices, run=completion,
+            strategy=_poll_strategy(kinds, statuses), describe=_describe_poll,
+            meaning=f"the lease holder completes the poll with an answer aimed at {trigger}",
+        )
+
     moves: Sequence[Move[MonitorRecord, Any]] = (
         trigger_move("claim", claim_inputs, strategy=claim_strategy, describe=_describe_timed,
                      meaning="a worker leases the item"),
         trigger_move("expire_lease", expiry_inputs, strategy=expiry_strategy,
                      describe=_describe_timed, meaning="recovery of an expired lease"),
-        completion_move(complete),
-        Move(name="reader_error", triggers=("fail_attempt",), choices=reader_error_choices,
-             run=run_reader_error, strategy=reader_error_strategy, describe=_describe_failure,
-             meaning="the lease holder's read raised"),
+        observe("observe_progress", progress_responses, ["pending", "leased", "retry_wait"],
+                refusals=True),
+        observe("observe_success", success_responses, ["succeeded"]),
+        observe("observe_failure", failure_responses, ["failed"]),
+        Move(name="fail_attempt", triggers=("fail_attempt",), choices=fail_attempt_choices,
+             run=_fail_attempt(complete), strategy=fail_attempt_strategy,
+             describe=_describe_fail_attempt,
+             meaning="the read raised, or its response was rejected by parse_answer"),
     )
     return Exploration(
         lifecycle=MONITOR,
@@ -408,9 +479,9 @@ def monitor_exploration(complete: Completer = _complete) -> Exploration[MonitorR
             "poll_attempts capped at max_failures"
         ),
         bounds=(
-            "max_failures 1..3; 16 receiver responses (6 valid, 8 rejected by parse_answer, "
-            "2 invariant-breaking); 5 reader errors; now at the clock and 1 s before/at/after "
-            "the next poll and the lease expiry; holder, intruder, stale token"
+            "max_failures 1..3; 16 receiver responses (6 valid, 8 rejected by parse_answer, 2 that "
+            "parse but break an invariant); 5 reader errors; now at the clock and 1 s "
+            "before/at/after the next poll and the lease expiry; holder, intruder, stale token"
         ),
         new_records=new_records,
     )

@@ -1,0 +1,255 @@
+"""Generated stateful tests for any lifecycle on any store, with transition coverage.
+
+:func:`build_state_machine` turns a lifecycle's exploration inputs (declared beside its
+table, see :mod:`lifecycles.machines.exploration`) and a store factory into a Hypothesis
+``RuleBasedStateMachine``:
+
+* ``create`` (first, then up to ``max_records`` more times): admit a record drawn
+  from the lifecycle's ``new_records`` strategy (repeating a key is idempotent: the
+  stored record must not change);
+* one rule per move (a move per trigger, or a named function beside the table that
+  chooses among triggers, like the monitor's ``complete_with_answer``), enabled only
+  when some stored record holds a status the table lets it fire from; it draws a record
+  and inputs, runs the move through the store in one transaction and through the pure
+  machine, and asserts they agree: same refusal code, or the same new record;
+* after every step: every stored record holds every invariant, no record was lost or
+  appeared (the model's keys are exactly the store's), each stored record equals the
+  model's, and ``count_by_status`` agrees.
+
+Coverage (rows fired, guards seen true and false) is recorded for every store run and,
+under pytest, printed at the end; ``pytest --lifecycles-require-coverage`` fails the
+run when a generated test left a table row unexercised. This module is also the
+pytest plugin (entry point ``pytest11: lifecycles``); Hypothesis is imported only when a
+machine is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from lifecycles.machines.core import Lifecycle, TransitionRefused
+from lifecycles.machines.exploration import Coverage, Exploration, Move
+
+if TYPE_CHECKING:
+    import pytest
+    from hypothesis.stateful import RuleBasedStateMachine
+
+    from lifecycles.stores.base import Store
+
+R = TypeVar("R")
+
+REQUIRE_COVERAGE_OPTION = "--lifecycles-require-coverage"
+
+COVERAGE_RUNS: dict[str, Coverage] = {}
+"""Coverage of every generated machine that ran a step in this process, by name."""
+
+
+class StepFailed(AssertionError):
+    """A generated step went wrong; the message holds the steps of this example so far."""
+
+
+def _exploration_of(subject: Exploration[R] | Lifecycle[R, Any]) -> Exploration[R]:
+    if isinstance(subject, Exploration):
+        return subject
+    from lifecycles.checker import find_exploration
+
+    found = find_exploration(subject)
+    if found is None:
+        raise LookupError(f"{subject.name} declares no exploration inputs beside its table")
+    exploration: Exploration[R] = found[0]
+    return exploration
+
+
+def build_state_machine(
+    subject: Exploration[R] | Lifecycle[R, Any],
+    store_factory: Callable[[], Store[R]],
+    *,
+    name: str | None = None,
+    record_coverage: bool = True,
+    max_records: int = 3,
+    teardown: Callable[[Store[R]], None] | None = None,
+) -> type[RuleBasedStateMachine]:
+    """A ``RuleBasedStateMachine`` driving ``subject`` on fresh stores from ``store_factory``.
+
+    ``subject`` is an :class:`Exploration` or a lifecycle whose exploration is declared
+    beside its table. ``name`` labels the coverage report (default
+    ``"<lifecycle> on <factory>"``); with ``record_coverage=False`` the run is left out of
+    the session's coverage report and ``--lifecycles-require-coverage`` (for machines
+    built to fail, like a defect demonstration). The class's ``coverage`` attribute holds
+    the counts either way. Every run starts by creating one record, and ``create`` may
+    run ``max_records`` times more (a repeated key is an idempotent insert; more when
+    every record is final), so the remaining steps go to transitions.
+    ``teardown(store)`` runs after each example (close a connection, say).
+    Use it as ``TestX = build_state_machine(...).TestCase``.
+    """
+    from hypothesis import strategies as st
+    from hypothesis.stateful import (
+        RuleBasedStateMachine,
+        initialize,
+        invariant,
+        precondition,
+        rule,
+    )
+
+    exploration = _exploration_of(subject)
+    lifecycle = exploration.lifecycle
+    factory_name = getattr(store_factory, "__name__", type(store_factory).__name__)
+    label = name or f"{lifecycle.name} on {factory_name}"
+    coverage = Coverage(lifecycle)
+    movable = frozenset().union(*(exploration.sources(move) for move in exploration.moves))
+
+    class LifecycleMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.store: Store[R] = store_factory()
+            self.model: dict[str, R] = {}
+            self.steps: list[str] = []
+            self.creates = 0
+            if record_coverage:
+                COVERAGE_RUNS.setdefault(label, coverage)
+
+        def teardown(self) -> None:
+            if teardown is not None:
+                teardown(self.store)
+
+        def can_move(self) -> bool:
+            return any(str(lifecycle.status_of(r)) in movable for r in self.model.values())
+
+        def failure(self, message: str) -> StepFailed:
+            trace = "\n".join(f"  {n}. {s}" for n, s in enumerate(self.steps, 1))
+            return StepFailed(f"{label}: {message}\nsteps of this example:\n{trace}")
+
+        @initialize(record=exploration.new_record_strategy())
+        def create_first(self, record: R) -> None:
+            self.create(record)
+
+        @precondition(lambda self: self.creates < max_records or not self.can_move())
+        @rule(record=exploration.new_record_strategy())
+        def create(self, record: R) -> None:
+            key = lifecycle.key_of(record)
+            self.creates += 1
+            self.steps.append(f"create {key}")
+            lifecycle.create(record)
+            stored = self.store.insert(record)
+            if key in self.model:
+                assert stored == self.model[key], self.failure(f"insert of {key} changed it")
+            else:
+                assert stored == record, self.failure(f"insert of {key} returned another")
+                self.model[key] = record
+
+        @invariant()
+        def every_record_valid_none_lost(self) -> None:
+            stored = {lifecycle.key_of(record): record for record in self.store.scan()}
+            lost = sorted(set(self.model) - set(stored))
+            assert not lost, self.failure(f"records lost: {lost}")
+            appeared = sorted(set(stored) - set(self.model))
+            assert not appeared, self.failure(f"records appeared: {appeared}")
+            for key, record in stored.items():
+                broken = lifecycle.invariants.broken(record)
+                assert not broken, self.failure(f"{key} breaks {broken}")
+                assert record == self.model[key], self.failure(f"{key} differs from the model")
+            counts = self.store.count_by_status()
+            expected = {status.value: 0 for status in lifecycle.statuses}
+            for record in self.model.values():
+                expected[str(lifecycle.status_of(record))] += 1
+            assert counts == expected, self.failure(f"count_by_status {counts} != {expected}")
+
+    def add_move_rule(move: Move[R, Any]) -> None:
+        sources = exploration.sources(move)
+
+        def enabled(machine: LifecycleMachine) -> bool:
+            return any(str(lifecycle.status_of(r)) in sources for r in machine.model.values())
+
+        def step(machine: LifecycleMachine, data: st.DataObject) -> None:
+            keys = sorted(k for k, r in machine.model.items()
+                          if str(lifecycle.status_of(r)) in sources)
+            key = data.draw(st.sampled_from(keys), label="key")
+            before = machine.model[key]
+            choice = data.draw(move.draw_from(before), label=move.name)
+            machine.steps.append(f"{move.name} {key}: {move.describe_choice(before, choice)}")
+            try:
+                expected: R | TransitionRefused = move.perform(lifecycle.fire, before, choice)
+            except TransitionRefused as refusal:
+                expected = refusal
+            except Exception as error:
+                raise machine.failure(f"{move.name} raised {type(error).__name__}: {error}"
+                                      ) from error
+
+            def store_fire(trigger: str, record: R, inputs: Any) -> R:
+                return machine.store.fire(record, trigger, inputs)
+
+            try:
+                with lifecycle.observing(coverage), machine.store.transaction():
+                    current = machine.store.get(key)
+                    assert current is not None, machine.failure(f"{key} vanished")
+                    outcome: R | TransitionRefused = move.perform(store_fire, current, choice)
+            except TransitionRefused as refusal:
+                outcome = refusal
+            except AssertionError:
+                raise
+            except Exception as error:
+                raise machine.failure(f"{move.name} through the store raised "
+                                      f"{type(error).__name__}: {error}") from error
+            if isinstance(expected, TransitionRefused) or isinstance(outcome, TransitionRefused):
+                assert (
+                    isinstance(expected, TransitionRefused)
+                    and isinstance(outcome, TransitionRefused)
+                    and expected.code == outcome.code
+                ), machine.failure(f"store gave {outcome!r}, pure machine {expected!r}")
+                after = machine.store.get(key)
+                assert after == before, machine.failure(f"refused {move.name} changed {key}")
+                machine.steps[-1] += f" -> refused {outcome.code}"
+                return
+            assert outcome == expected, machine.failure("store and pure machine disagree")
+            machine.model[key] = outcome
+            machine.steps[-1] += f" -> {lifecycle.status_of(outcome)}"
+
+        step.__name__ = move.name
+        guarded = precondition(enabled)(rule(data=st.data())(step))
+        setattr(LifecycleMachine, move.name, guarded)
+
+    for move in exploration.moves:
+        add_move_rule(move)
+    LifecycleMachine.__name__ = f"{lifecycle.name.title()}StateMachine"
+    LifecycleMachine.__qualname__ = LifecycleMachine.__name__
+    LifecycleMachine.coverage = coverage
+    return LifecycleMachine
+
+
+# --- the pytest plugin --------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("lifecycles").addoption(
+        REQUIRE_COVERAGE_OPTION, action="store_true", default=False,
+        help="fail the run when a generated lifecycle test left a table row unexercised",
+    )
+
+
+def _ran() -> dict[str, Coverage]:
+    return {name: c for name, c in COVERAGE_RUNS.items() if c.attempts}
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not session.config.getoption(REQUIRE_COVERAGE_OPTION, default=False):
+        return
+    if any(coverage.unfired_rows for coverage in _ran().values()) and exitstatus == 0:
+        session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    ran = _ran()
+    if not ran:
+        return
+    terminalreporter.section("lifecycles transition coverage")
+    for name, coverage in ran.items():
+        terminalreporter.write_line(f"[{name}] " + coverage.report())
+        if coverage.unfired_rows:
+            labels = [row.label for row in coverage.unfired_rows]
+            required = config.getoption(REQUIRE_COVERAGE_OPTION, default=False)
+            terminalreporter.write_line(
+                f"[{name}] rows never exercised: {labels}"
+                + (" (FAILS the run: --lifecycles-require-coverage)" if required else ""),
+                red=required,
+            )
