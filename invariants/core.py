@@ -51,13 +51,15 @@ def is_integer(value: object) -> bool:
 
 
 def is_time(value: object) -> bool:
-    """A finite, non-negative number of seconds (bools excluded)."""
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    )
+    """A finite, non-negative number of seconds that a float can hold (bools excluded)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        # An int too large for a float (a 400-digit JSON number) is no time: a store's
+        # REAL column cannot hold it, and math.isfinite would raise on it.
+        return math.isfinite(float(value)) and value >= 0
+    except OverflowError:
+        return False
 
 
 @attrs.frozen(repr=False)

@@ -30,6 +30,10 @@ def check_statuses_declared(lifecycle: AnyLifecycle) -> None:
     declared = _declared(lifecycle)
     named = {row.source for row in lifecycle.rows} | {row.dest for row in lifecycle.rows}
     unknown = sorted(named - declared)
+    # A final status must be a member of this very enum, not an equal string or another enum.
+    unknown += sorted(
+        str(status) for status in lifecycle.final if not isinstance(status, lifecycle.statuses)
+    )
     if unknown:
         raise DefinitionError("statuses_declared", f"undeclared statuses in the table: {unknown}")
 
@@ -39,8 +43,13 @@ def check_one_initial_status(lifecycle: AnyLifecycle) -> None:
     initial = lifecycle.initial
     if isinstance(initial, (list, tuple, set, frozenset)):
         raise DefinitionError("one_initial_status", f"several initial statuses: {initial}")
-    if initial not in set(lifecycle.statuses):
-        raise DefinitionError("one_initial_status", f"initial status {initial!r} is undeclared")
+    if not isinstance(initial, lifecycle.statuses):
+        # A plain string equal to a member is still not a declared status: refuse it by name.
+        raise DefinitionError(
+            "one_initial_status",
+            f"initial status {initial!r} is undeclared: not a member of "
+            f"{lifecycle.statuses.__name__}",
+        )
     if initial in lifecycle.final:
         raise DefinitionError("one_initial_status", f"initial status {initial} is also final")
 
@@ -127,17 +136,21 @@ def check_no_trap_status(lifecycle: AnyLifecycle) -> None:
 
 
 def check_rows_distinguishable(lifecycle: AnyLifecycle) -> None:
-    """Rows sharing a trigger and source are told apart by guards; none is shadowed."""
+    """No row is shadowed: an earlier row of the same trigger and source whose guards are a
+    subset of a later row's would fire whenever the later one could."""
     seen: dict[tuple[str, str], list[Any]] = {}
     for row in lifecycle.rows:
-        seen.setdefault((row.trigger, row.source), []).append(row)
-    for (trigger, source), rows in seen.items():
-        for row in rows[:-1]:
-            if not row.conditions and not row.unless:
+        earlier = seen.setdefault((row.trigger, row.source), [])
+        for before in earlier:
+            if set(before.conditions) <= set(row.conditions) and set(before.unless) <= set(
+                row.unless
+            ):
                 raise DefinitionError(
                     "rows_distinguishable",
-                    f"{trigger} from {source}: an unguarded row shadows the rows after it",
+                    f"{row.trigger} from {row.source}: row {before.index} shadows row "
+                    f"{row.index} (its guards are a subset of the later row's)",
                 )
+        earlier.append(row)
 
 
 def check_lease_declared(lifecycle: AnyLifecycle) -> None:

@@ -450,13 +450,13 @@ def evolve_checked(record: R, changes: Mapping[str, Any]) -> R:
     for name in fields:
         object.__setattr__(new, name, getattr(record, name))
     for name, value in changes.items():
+        converter: Any = fields[name].converter
+        object.__setattr__(new, name, value if converter is None else converter(value))
+    # Validate once every change is in place: a validator may read the other fields.
+    for name in changes:
         field = fields[name]
-        converter: Any = field.converter
-        if converter is not None:
-            value = converter(value)
         if field.validator is not None:
-            field.validator(new, field, value)
-        object.__setattr__(new, name, value)
+            field.validator(new, field, getattr(new, name))
     result: R = new
     return result
 
