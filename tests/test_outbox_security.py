@@ -503,3 +503,20 @@ def test_the_longest_identifier_is_accepted(outbox: ModuleType, tmp_path: Path) 
     assert (receipt.created, receipt.state) == (True, "pending")
     assert receipt.entry_id == entry_id_of(longest, "t" * 200)
     assert not StoreView(outbox, state_dir).problems
+
+
+def test_a_state_directory_reached_through_a_link_is_the_callers_choice(
+    outbox: ModuleType, tmp_path: Path
+) -> None:
+    """Links are refused inside the store, not above it: a state directory whose path
+    goes through a link the caller chose (as /var does on some systems) works."""
+    real = tmp_path / "real"
+    real.mkdir()
+    alias = tmp_path / "alias"
+    alias.symlink_to(real)
+    store = seeded_store(outbox, alias / "state")
+    report = store.replay(lambda request: None, limit=100)
+    assert (report.delivered, report.remaining) == (1, 0)
+    view = StoreView(outbox, real / "state")
+    assert not view.problems
+    assert len(view.records["delivered"]) == 2
