@@ -336,6 +336,8 @@ class CloseOutbox:
                 if record is None:
                     continue  # taken by a nested call of this process while we delivered
                 if self.store.exists(record.entry_id, OutboxStatus.DELIVERED.value):
+                    if self.store.finish_interrupted_move(record, pending):
+                        continue  # delivered by an earlier, interrupted replay
                     reason = "pending entry conflicts with existing delivered material"
                     self.store.fire(record, "quarantine", OutboxInputs(_now(), reason=reason))
                     quarantined += 1

@@ -73,6 +73,8 @@ ERROR_SUFFIX = ".error.json"
 SAFE_STEM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}")
 HASHED_STEM = re.compile(r"_[0-9a-f]{64}")
 DIRECTORY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# Ours: .<name>.<16 hex>.tmp; the reference's: .<name>.<32 hex>.tmp
+TEMPORARY_NAME = re.compile(r"\..+\.[0-9a-f]{16,32}\.tmp")
 QUARANTINED_NAME = re.compile(r"(?P<stem>.+)\.(?P<tag>[0-9a-f]{12})(?P<error>\.error)?\.json")
 MAX_REASON_LENGTH = 1000
 
@@ -317,11 +319,15 @@ def write_file(dir_fd: int, name: str, data: bytes, *, fresh: bool = False) -> N
 
 def _open_directory(name: str, dir_fd: int | None, *, create: bool) -> int:
     """Open (and if asked create, 0700) a directory without following a symbolic link."""
-    if create:
-        with contextlib.suppress(FileExistsError):  # the open below checks what it is
-            os.mkdir(name, 0o700, dir_fd=dir_fd)
     try:
-        fd = os.open(name, DIRECTORY_FLAGS, dir_fd=dir_fd)
+        try:
+            fd = os.open(name, DIRECTORY_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            if not create:
+                raise
+            with contextlib.suppress(FileExistsError):  # a racing creator: the open checks
+                os.mkdir(name, 0o700, dir_fd=dir_fd)
+            fd = os.open(name, DIRECTORY_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         raise StoreMissing(f"directory {name} does not exist") from None
     except OSError as error:
@@ -329,7 +335,8 @@ def _open_directory(name: str, dir_fd: int | None, *, create: bool) -> int:
             raise UnsafePath(f"{name} is a symbolic link or not a directory") from None
         raise
     try:
-        if create and stat.S_IMODE(os.fstat(fd).st_mode) != 0o700:
+        info = os.fstat(fd)
+        if create and stat.S_IMODE(info.st_mode) != 0o700 and info.st_uid == os.geteuid():
             os.fchmod(fd, 0o700)
     except BaseException as error:
         _close_quietly_after(error, fd)
@@ -375,8 +382,20 @@ class FilesStore(Store[R]):
         self._all_directories = sorted(
             {*self.layout.directories.values(), self.layout.quarantine_directory}
         )
-        with self.locked():
-            pass  # creates (or checks) the whole layout once
+        with self.locked():  # creates (or checks) the whole layout once
+            if create:
+                self._sweep_temporary_files()
+
+    def _sweep_temporary_files(self) -> None:
+        """Remove temp files of writers that died mid-write (we hold the lock: none is live)."""
+        for directory in self._all_directories:
+            dir_fd = self._dir_fd(directory)
+            with os.scandir(dir_fd) as entries:
+                stale = [e.name for e in entries if TEMPORARY_NAME.fullmatch(e.name)]
+            for name in stale:
+                os.unlink(name, dir_fd=dir_fd)
+            if stale:
+                self._unsynced(dir_fd)
 
     # -- locking -----------------------------------------------------------------
 
@@ -772,7 +791,9 @@ class FilesStore(Store[R]):
     def write(self, before: R, after: R, row: Row) -> None:
         key = self.lifecycle.key_of(before)
         with self.transaction():
-            found = self._locate(key, prefer=str(self.lifecycle.status_of(before)))
+            found = self._unchanged_on_disk(key, before) or self._locate(
+                key, prefer=str(self.lifecycle.status_of(before))
+            )
             if (
                 found is None
                 or self.lifecycle.status_of(found[0]) != self.lifecycle.status_of(before)
@@ -787,6 +808,66 @@ class FilesStore(Store[R]):
             assert staged is not None
             previous = staged.get(key)
             staged[key] = _Staged(after, previous.on_disk if previous else on_disk)
+
+    def finish_interrupted_move(self, record: R, status: str) -> bool:
+        """Remove ``record``'s copy in ``status``'s directory if it is the source of a move
+        that reached its destination: a crash (or a failed unlink) between writing the
+        destination and unlinking the source leaves both.
+
+        The other copy must be trusted, in another status, and differ from ``record``
+        only in fields that a row from ``status`` to that status writes. Anything else
+        is not the tail of a row, and stays for the caller to judge. Returns whether the
+        copy was removed.
+        """
+        key = self.lifecycle.key_of(record)
+        name = stem_for(key) + SUFFIX
+        with self.locked():
+            for other in self.layout.search_order:
+                if other == status:
+                    continue
+                data = self._read(other, name)
+                if data is None:
+                    continue
+                try:
+                    moved = self.decode(data, name, other)
+                except UntrustedRecord:
+                    return False
+                if not self._is_tail_of_a_row(record, moved):
+                    return False
+                source = self._dir_fd(status)
+                if self._read(status, name) != canonical_json(self.values_of(record)) + b"\n":
+                    return False  # the copy changed since the caller read it
+                os.unlink(name, dir_fd=source)
+                self._unsynced(source)
+                self._note_change(status, -1)
+                return True
+        return False
+
+    def _is_tail_of_a_row(self, before: R, after: R) -> bool:
+        source, dest = str(self.lifecycle.status_of(before)), str(self.lifecycle.status_of(after))
+        changed = {
+            field for field in self._fields
+            if getattr(before, field) != getattr(after, field)
+        }
+        return any(
+            row.source == source and row.dest == dest and changed <= set(self.lifecycle.writes(row))
+            for row in self.lifecycle.rows
+        )
+
+    def _unchanged_on_disk(self, key: str, before: R) -> tuple[R, str] | None:
+        """``(before, status)`` when its directory holds exactly ``before``'s bytes.
+
+        Byte equality proves the record is unchanged without decoding it again; any
+        other answer falls back to a full read.
+        """
+        staged = self._staged
+        status = str(self.lifecycle.status_of(before))
+        if (staged is not None and key in staged) or status not in self.layout.search_order:
+            return None
+        data = self._read(status, stem_for(key) + SUFFIX)
+        if data is None or data != canonical_json(self.values_of(before)) + b"\n":
+            return None
+        return before, status
 
     # -- listing ------------------------------------------------------------------
 

@@ -461,3 +461,48 @@ def test_layout_for_lifecycle_accepts_options(tmp_path: Path) -> None:
         store.get("e001")
     assert refused.value.rules == ("record_size_bound",)
     assert refused.value.detail == "monitor record exceeds the durable size bound"
+
+
+# --- recovery after a crash ------------------------------------------------------------
+
+
+def test_temporary_files_of_dead_writers_are_swept_on_open(tmp_path: Path) -> None:
+    store = FilesStore(OUTBOX, tmp_path / "close-outbox", OUTBOX_LAYOUT)
+    ours = store.root / "pending" / ".abc.json.0123456789abcdef.tmp"
+    theirs = store.root / "delivered" / f".abc.json.{'f' * 32}.tmp"
+    unrelated = store.root / "pending" / ".notes.tmp"
+    for path in (ours, theirs, unrelated):
+        path.write_bytes(b"{half")
+    FilesStore(OUTBOX, store.root, OUTBOX_LAYOUT)
+    assert not ours.exists() and not theirs.exists() and unrelated.exists()
+    FilesStore(OUTBOX, store.root, OUTBOX_LAYOUT, create=False)  # read-only: sweeps nothing
+    assert unrelated.exists()
+
+
+def test_the_source_of_an_interrupted_move_is_finished_only_when_it_is_one(
+    outbox_store: FilesStore[Any],
+) -> None:
+    record = outbox_store.fire(outbox_store.insert(outbox_record(1)), "attempt", OutboxInputs(T0))
+    delivered = outbox_store.fire(record, "deliver", OutboxInputs(T0))
+    source = outbox_store.root / "pending" / f"{record.entry_id}.json"
+    # not the source of the deliver row (it predates the attempt): left for the caller
+    older = outbox_record(1)
+    source.write_bytes(canonical_json(older.values()) + b"\n")
+    assert not outbox_store.finish_interrupted_move(older, "pending")
+    assert source.exists()
+    # exactly what the deliver row moved: its source is removed
+    source.write_bytes(canonical_json(record.values()) + b"\n")
+    assert outbox_store.finish_interrupted_move(record, "pending")
+    assert not source.exists()
+    assert outbox_store.get(record.entry_id) == delivered
+    assert not outbox_store.finish_interrupted_move(record, "pending")
+
+
+def test_a_monitor_move_left_half_done_is_finished(monitor_store: FilesStore[Any]) -> None:
+    record = monitor_store.insert(monitor_record(1))
+    leased = monitor_store.claim(claim_inputs(200.0, "t1"))
+    source = monitor_store.root / "pending" / "e001.json"
+    source.write_bytes(canonical_json(monitor_store.values_of(record)) + b"\n")
+    assert monitor_store.finish_interrupted_move(record, "pending")
+    assert not source.exists()
+    assert monitor_store.get("e001") == leased

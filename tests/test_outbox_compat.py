@@ -300,7 +300,7 @@ def test_a_pending_copy_beside_a_delivered_one_is_quarantined_by_a_row(tmp_path:
     mine.enqueue(request)
     pending_bytes = (mine.pending_dir / f"{request.entry_id}.json").read_bytes()
     mine.replay(lambda request: None)
-    # a crash inside the move left the pending copy behind
+    # a copy that is not what the delivery moved (it predates the attempt): a conflict
     (mine.pending_dir / f"{request.entry_id}.json").write_bytes(pending_bytes)
     report = mine.replay(lambda request: pytest.fail("must not deliver again"))
     assert (report.quarantined, report.attempted, report.remaining) == (1, 0, 0)
@@ -342,3 +342,22 @@ def test_corrupt_records_are_reported_with_the_reference_messages(tmp_path: Path
             mine.enqueue(request)
         assert str(my_error.value) == str(their_error.value), value
         assert my_error.value.rules
+
+
+def test_the_source_left_by_an_interrupted_delivery_is_removed_not_quarantined(
+    tmp_path: Path,
+) -> None:
+    mine = ours.CloseOutbox(state_dir=tmp_path)
+    request = ours.CloseRequest(**intents()[0])
+    mine.enqueue(request)
+    mine.replay(lambda request: None)
+    delivered = json.loads((mine.delivered_dir / f"{request.entry_id}.json").read_bytes())
+    # a crash between writing delivered/ and unlinking pending/ leaves the attempted copy
+    leftover = ref._json_bytes({**delivered, "state": "pending"}) + b"\n"
+    (mine.pending_dir / f"{request.entry_id}.json").write_bytes(leftover)
+    assert mine.pending_count() == 1
+    report = mine.replay(lambda request: pytest.fail("must not deliver again"))
+    assert report == ours.ReplayReport(remaining=0)
+    assert quarantine_of(tmp_path) == []
+    assert not (mine.pending_dir / f"{request.entry_id}.json").exists()
+    assert json.loads((mine.delivered_dir / f"{request.entry_id}.json").read_bytes()) == delivered
