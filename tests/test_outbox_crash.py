@@ -17,7 +17,10 @@ SIGKILL at a random moment, reopens the store and checks, after every kill:
   healthy intent that a crash alone sent to quarantine, for an operator to sort out: a
   crash-safe store finishes or rolls back its interrupted moves instead.
 
-Kills: 30 by default, 300 under `HYPOTHESIS_PROFILE=deep`, or `LIFECYCLES_CRASH_KILLS=N`.
+Kills: 30 by default, 300 under `HYPOTHESIS_PROFILE=deep`, or `LIFECYCLES_CRASH_KILLS=N`;
+then a third as many rounds with two children working on the store at once, each killed
+at its own moment (the store is shared across processes through its flock).
+`LIFECYCLES_CRASH_SEED` changes the random kill points.
 """
 
 from __future__ import annotations
@@ -134,65 +137,91 @@ def child_environment() -> Iterator[dict[str, str]]:
     yield environment
 
 
-def run_child_until_killed(
-    command: list[str], environment: dict[str, str], stderr_path: Path, delay: float
+def run_children_until_killed(
+    commands: list[list[str]], environment: dict[str, str], work: Path, delays: list[float]
 ) -> None:
-    with stderr_path.open("wb") as stderr:
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, env=environment)
-    assert child.stdout is not None
+    """Start the children, wait until each has imported, kill each with SIGKILL after its
+    own delay, and fail if one ended by itself."""
+    children: list[tuple[subprocess.Popen[bytes], Path]] = []
     try:
-        readable, _, _ = select.select([child.stdout], [], [], READY_TIMEOUT_SECONDS)
-        ready = child.stdout.read(1) if readable else b""
-        if ready == b"R":
-            time.sleep(delay)
-        if child.poll() is None:
-            child.send_signal(signal.SIGKILL)
-        child.wait()
-    finally:
-        if child.poll() is None:
-            child.kill()
+        for index, command in enumerate(commands):
+            stderr_path = work / f"stderr-{index}"
+            with stderr_path.open("wb") as stderr:
+                child = subprocess.Popen(
+                    command, stdout=subprocess.PIPE, stderr=stderr, env=environment
+                )
+            children.append((child, stderr_path))
+        for child, _ in children:
+            assert child.stdout is not None
+            readable, _, _ = select.select([child.stdout], [], [], READY_TIMEOUT_SECONDS)
+            if readable:
+                child.stdout.read(1)
+        started = time.monotonic()
+        for delay, (child, _) in sorted(
+            zip(delays, children, strict=True), key=lambda pair: pair[0]
+        ):
+            time.sleep(max(0.0, started + delay - time.monotonic()))
+            if child.poll() is None:
+                child.send_signal(signal.SIGKILL)
             child.wait()
-        child.stdout.close()
-    assert child.returncode == -signal.SIGKILL, (
-        f"the child ended by itself with status {child.returncode}: "
-        f"{stderr_path.read_text(errors='replace')}"
-    )
+    finally:
+        for child, _ in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
+    for child, stderr_path in children:
+        assert child.returncode == -signal.SIGKILL, (
+            f"a child ended by itself with status {child.returncode}: "
+            f"{stderr_path.read_text(errors='replace')}"
+        )
 
 
+@pytest.mark.parametrize("children", [1, 2], ids=["one-child", "two-children-at-once"])
 def test_acknowledged_work_survives_sigkill_at_random_points(
-    outbox: ModuleType, tmp_path: Path, child_environment: dict[str, str]
+    outbox: ModuleType, tmp_path: Path, child_environment: dict[str, str], children: int
 ) -> None:
+    """With two children the store is also shared across processes (flock) while both
+    are killed at independent moments."""
     state_dir = tmp_path / "state"
     log_path = tmp_path / "child.log"
-    rng = random.Random(os.environ.get("LIFECYCLES_CRASH_SEED", "close-outbox-crash"))
-    kills = kill_count()
-    for generation in range(kills):
-        command = [
-            sys.executable,
-            str(CHILD),
-            "--impl",
-            implementation_spec(),
-            "--state-dir",
-            str(state_dir),
-            "--log",
-            str(log_path),
-            "--generation",
-            str(generation),
-            "--seed",
-            str(rng.randrange(2**32)),
+    seed = os.environ.get("LIFECYCLES_CRASH_SEED", "close-outbox-crash")
+    rng = random.Random(f"{seed}-{children}")
+    rounds = kill_count() if children == 1 else max(1, kill_count() // 3)
+    for generation in range(rounds):
+        commands = [
+            [
+                sys.executable,
+                str(CHILD),
+                "--impl",
+                implementation_spec(),
+                "--state-dir",
+                str(state_dir),
+                "--log",
+                str(log_path),
+                "--generation",
+                str(generation * children + index),
+                "--seed",
+                str(rng.randrange(2**32)),
+            ]
+            for index in range(children)
         ]
         # A machine too busy for the children to get work done widens the window.
         slow = len(ChildLog(log_path).enqueued) < generation
-        delay = rng.uniform(0.0, LONGEST_RUN_BEFORE_KILL_SECONDS * (4 if slow else 1))
-        run_child_until_killed(command, child_environment, tmp_path / "stderr", delay)
+        window = LONGEST_RUN_BEFORE_KILL_SECONDS * (4 if slow else 1)
+        delays = [rng.uniform(0.0, window) for _ in commands]
+        run_children_until_killed(commands, child_environment, tmp_path, delays)
         if not (state_dir / "close-outbox").exists():
             continue  # killed before the store was first created
         problems = broken_promises(outbox, state_dir, ChildLog(log_path))
-        assert not problems, f"after kill {generation + 1} of {kills}:\n" + "\n".join(problems)
+        assert not problems, f"after kill round {generation + 1} of {rounds}:\n" + "\n".join(
+            problems
+        )
         assert_opens_cleanly(outbox, state_dir)
 
     log = ChildLog(log_path)
-    assert len(log.enqueued) >= kills, "the children acknowledged too little work to test"
+    assert len(log.enqueued) >= rounds, "the children acknowledged too little work to test"
     assert log.delivered, "no replay finished in any child: the kills came too early to test"
 
     # The store carries on: everything acknowledged is delivered by replays in this process.
