@@ -78,11 +78,21 @@ def reference() -> ModuleType:
     return module
 
 
+REAL_COLUMNS = frozenset(name for name in COLUMNS if name.endswith("_at"))
+
+
 def as_row(record: MonitorRecord) -> dict[str, Any]:
-    return {
+    """The record as the reference's table stores it: statuses as text, and times in
+    REAL columns, whose affinity turns integers into floats (2**63 - 1 is stored as
+    9.223372036854776e18, which no longer equals the integer)."""
+    row = {
         name: value.value if isinstance(value, Enum) else value
         for name, value in attrs.asdict(record).items()
     }
+    for name in REAL_COLUMNS:
+        if isinstance(row[name], int) and not isinstance(row[name], bool):
+            row[name] = float(row[name])
+    return row
 
 
 def notification(event_id: str) -> tuple[dict[str, Any], str]:
