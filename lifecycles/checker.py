@@ -128,7 +128,9 @@ def targets(names: Sequence[str], modules: Sequence[str]) -> list[Target]:
     found: list[Target] = []
     for target in modules:
         module = import_target(target)
-        given = explorations_in(module, target)
+        # A path is recorded absolute so a replay file runs from any directory.
+        named = str(Path(target).resolve()) if target.endswith(".py") else target
+        given = explorations_in(module, named)
         explored = {id(exploration.lifecycle) for exploration, _ in given}
         found.extend(Target(e.lifecycle, e, spec) for e, spec in given)
         for value in vars(module).values():
@@ -280,6 +282,8 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
         say(f"  FAIL no exploration inputs: declare an Exploration in {lifecycle.module}_inputs")
         return outcome
     result = explore(target.exploration)
+    declared = [status.value for status in lifecycle.statuses]
+    missing_statuses = [status for status in declared if status not in result.statuses]
     outcome.result = result
     edges_per_second = result.edges / result.seconds if result.seconds else float("inf")
     say(f"  bounds: {target.exploration.bounds}")
@@ -287,12 +291,13 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
     say(f"  explored: {result.states} states, {result.edges} edges ({result.refusals} refused), "
         f"depth {result.depth}, {result.seconds:.2f} s, {result.states_per_second:,.0f} states/s, "
         f"{edges_per_second:,.0f} edges/s"
-        + (" (search cut at its max_depth/max_states)" if result.truncated else " (complete)"))
-    declared = [status.value for status in lifecycle.statuses]
-    missing_statuses = [status for status in declared if status not in result.statuses]
-    say(f"  statuses reached: {len(declared) - len(missing_statuses)}/{len(declared)}"
-        + (f", never: {missing_statuses}" if missing_statuses else ""))
-    if result.violation is not None:
+        + (" (stopped at the first violation)" if result.violation
+           else " (search cut at its max_depth/max_states)" if result.truncated
+           else " (complete)"))
+    if result.violation is None:
+        say(f"  statuses reached: {len(declared) - len(missing_statuses)}/{len(declared)}"
+            + (f", never: {missing_statuses}" if missing_statuses else ""))
+    else:
         violation = result.violation
         outcome.failures.append(f"violation: {violation.message}")
         say(f"  FAIL {violation.message}")
@@ -325,8 +330,9 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
 
 def run_check(names: Sequence[str] = (), modules: Sequence[str] = (), *,
               snapshot_path: Path = Path(SNAPSHOT_DEFAULT), record: bool = False,
-              trace_dir: Path = Path(TRACE_DIR_DEFAULT), out: TextIO = sys.stdout) -> int:
+              trace_dir: Path = Path(TRACE_DIR_DEFAULT), out: TextIO | None = None) -> int:
     """Check the chosen lifecycles; 0 when all pass, 1 otherwise, 2 when it cannot run."""
+    out = out or sys.stdout
     started = time.perf_counter()
     try:
         chosen = targets(names, modules)

@@ -1,0 +1,1 @@
+"""Examples built only from the public API of lifecycles (see docs/extending.md)."""
