@@ -586,3 +586,44 @@ def test_a_transition_validates_like_attrs_evolve_when_validators_read_other_fie
         attrs.evolve(window, high=6, low=7)
     with pytest.raises(ValueError, match="below low"):
         WINDOW.fire("move", window, {"high": 6, "low": 7})
+
+
+def _low_not_above_high(instance: Any, attribute: Any, value: int) -> None:
+    if value > instance.high:
+        raise ValueError(f"low {value} is above high {instance.high}")
+
+
+@attrs.frozen
+class Range:
+    """The validator sits on ``low`` and reads ``high``: a change of ``high`` alone must
+    still run it (attrs.evolve runs every validator)."""
+
+    key: str
+    status: Phase
+    low: int = attrs.field(validator=_low_not_above_high)
+    high: int = 0
+
+
+@effect("high")
+def move_high(r: Range, i: dict[str, int]) -> Changes:
+    """Move the upper bound."""
+    return {"high": i["high"]}
+
+
+RANGE: Lifecycle[Range, dict[str, int]] = Lifecycle(
+    name="range", statuses=Phase,
+    table=[{"trigger": "move", "source": "open", "dest": "open", "after": "move_high"},
+           {"trigger": "close", "source": "open", "dest": "closed"}],
+    initial=Phase.OPEN, final=[Phase.CLOSED], creation="create", guards=[],
+    effects=[move_high], invariants=InvariantSet("range.invalid", []), record_type=Range,
+    key_field="key", not_allowed_code="range.not_allowed",
+)
+
+
+def test_a_transition_runs_validators_of_unchanged_fields_that_read_changed_ones() -> None:
+    bounds = Range("r", Phase.OPEN, low=5, high=9)
+    with pytest.raises(ValueError, match="above high"):
+        attrs.evolve(bounds, high=2)
+    with pytest.raises(ValueError, match="above high"):
+        RANGE.fire("move", bounds, {"high": 2})
+    assert RANGE.fire("move", bounds, {"high": 5}) == Range("r", Phase.OPEN, 5, 5)
