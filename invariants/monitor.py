@@ -156,7 +156,7 @@ def failed_has_error_code(r: MonitorRecord) -> bool:
 
 
 @invariant
-def receiver_bundle_iff_receiver_status(r: MonitorRecord) -> bool:
+def receiver_status_has_bundle(r: MonitorRecord) -> bool:
     """A receiver status comes with attempts <= max attempts <= 20, a next attempt and a flag."""
     if r.receiver_status is None:
         return True
@@ -225,7 +225,7 @@ MONITOR_INVARIANTS: InvariantSet[MonitorRecord] = InvariantSet(
         lease_fields_iff_leased,
         error_code_iff_waiting_or_failed,
         failed_has_error_code,
-        receiver_bundle_iff_receiver_status,
+        receiver_status_has_bundle,
         receiver_lease_iff_receiver_leased,
         receiver_error_iff_receiver_waiting_or_failed,
         receiver_processed_iff_receiver_succeeded,

@@ -414,6 +414,8 @@ class DurableTerminalProcessingMonitor:
             response = reader(claimed.event_id, claimed.site_id)
             # Parsing runs the answer's own Mapping code: its failures count as the reader's.
             answer = parse_answer(response, claimed, self.expected_capabilities_sha256)
+        except TerminalProcessingMonitorBlocked:
+            raise  # the monitor's own refusal, met inside the reader: not the reader's failure
         except Exception as error:  # the reader is foreign code: any failure is recorded
             code, retryable = reader_error_code(error)
             self._fail(claimed.event_id, lease, code, retryable)

@@ -21,6 +21,7 @@ guards all fail, raises :class:`TransitionRefused` and changes nothing.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sys
@@ -32,7 +33,13 @@ from typing import Any, Generic, Protocol, TypeVar
 import attrs
 from transitions import Machine, MachineError
 
-from lifecycles.invariants.core import FieldRuleViolation, InvariantSet, InvariantViolation
+from lifecycles.invariants.core import (
+    FieldRule,
+    FieldRuleViolation,
+    InvariantSet,
+    InvariantViolation,
+    field_rules,
+)
 
 R = TypeVar("R")
 I = TypeVar("I")  # noqa: E741 - the inputs type of a lifecycle
@@ -293,7 +300,12 @@ class Lifecycle(Generic[R, I]):
             "initial": self.initial.value,
             "final": sorted(s.value for s in self.final),
             "invariants": [rule.name for rule in self.invariants],
+            "field_rules": [[name, rule.name] for name, rule in field_rules(self.record_type)],
             "writes": {name: list(e.writes) for name, e in sorted(self.effects.items())},
+            "refusals": {name: g.refusal_code for name, g in sorted(self.guards.items())},
+            "not_allowed": self.not_allowed_code,
+            "key": self.key_field,
+            "lease": attrs.asdict(self.lease) if self.lease else None,
         }
         rendered = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(rendered.encode()).hexdigest()[:12]
@@ -442,9 +454,7 @@ def evolve_checked(record: R, changes: Mapping[str, Any]) -> R:
     """
     record_type: Any = type(record)
     fields = attrs.fields_dict(record_type)
-    if hasattr(record_type, "__attrs_post_init__") or any(
-        isinstance(fields[name].converter, attrs.Converter) for name in changes
-    ):  # derived fields or converters that read the instance: let attrs do it all
+    if not _validates_fields_alone(record_type):
         return attrs.evolve(record, **changes)  # type: ignore[misc]
     new = object.__new__(record_type)
     for name in fields:
@@ -459,6 +469,22 @@ def evolve_checked(record: R, changes: Mapping[str, Any]) -> R:
             field.validator(new, field, getattr(new, name))
     result: R = new
     return result
+
+
+@functools.cache
+def _validates_fields_alone(record_type: type) -> bool:
+    """True when every validator is a FieldRule (it reads only its own value), no converter
+    reads the instance and nothing is derived after init: then checking the changed fields
+    is checking everything. Otherwise ``attrs.evolve`` runs every validator."""
+    if hasattr(record_type, "__attrs_post_init__"):
+        return False
+    for field in attrs.fields(record_type):
+        if isinstance(field.converter, attrs.Converter):
+            return False
+        parts = getattr(field.validator, "_validators", (field.validator,))
+        if not all(part is None or isinstance(part, FieldRule) for part in parts):
+            return False
+    return True
 
 
 def _mark_fired(row: Row) -> Callable[[Any], None]:

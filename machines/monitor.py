@@ -20,7 +20,13 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import InvariantViolation, is_integer, is_time
+from lifecycles.invariants.core import (
+    FieldRule,
+    FieldRuleViolation,
+    InvariantViolation,
+    is_integer,
+    is_time,
+)
 from lifecycles.invariants.monitor import (
     MONITOR_INVARIANTS,
     STATE_INVALID,
@@ -62,13 +68,25 @@ TABLE: list[dict[str, Any]] = [
 # --- inputs: everything a transition needs from outside, passed in ----------
 
 
+def _is_duration(value: object) -> bool:
+    return is_time(value) and 0 < value <= 86_400  # type: ignore[operator]
+
+
+duration = FieldRule("duration_bounds", _is_duration, meaning="seconds in (0, 86400]")
+
+
 @attrs.frozen
 class RetryPolicy:
     """The monitor's timing: poll interval while watching, and the backoff bounds."""
 
-    poll_interval_seconds: float = 30.0
-    base_delay_seconds: float = 5.0
-    max_delay_seconds: float = 300.0
+    poll_interval_seconds: float = attrs.field(default=30.0, validator=duration)
+    base_delay_seconds: float = attrs.field(default=5.0, validator=duration)
+    max_delay_seconds: float = attrs.field(default=300.0, validator=duration)
+
+    @max_delay_seconds.validator
+    def _base_within_max(self, attribute: attrs.Attribute[float], value: float) -> None:
+        if self.base_delay_seconds > value:
+            raise FieldRuleViolation("base_delay_within_max_delay", attribute.name, value)
 
 
 @attrs.frozen

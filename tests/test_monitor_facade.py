@@ -362,3 +362,14 @@ def test_a_connection_inside_a_foreign_transaction_is_refused(
     refused("transaction_nested", lambda: monitor.claim("w1", now=20))
     connection.rollback()
     assert monitor.claim("w1", now=20) is not None
+
+
+def test_a_monitor_refusal_raised_inside_the_reader_propagates_and_records_nothing(
+    monitor: DurableTerminalProcessingMonitor, connection: sqlite3.Connection
+) -> None:
+    def nested(event_id: str, site_id: str) -> Any:
+        monitor.status("e404", now=20)  # raises terminal_processing_monitor.missing
+
+    refused("missing", lambda: monitor.run_once(nested, "w1", now=20))
+    status = monitor.status("e0", now=20)
+    assert (status.status, status.failures, status.last_error_code) == ("leased", 0, None)

@@ -224,23 +224,23 @@ BREAKS: dict[str, Break] = {
         "error_code_iff_waiting_or_failed", SUCCEEDED, {"last_error_code": "x"}),
     # a receiver status comes with its whole, bounded bundle
     "receiver_without_attempts": Break(
-        "receiver_bundle_iff_receiver_status", WATCHING_PENDING, {"receiver_attempts": None}),
+        "receiver_status_has_bundle", WATCHING_PENDING, {"receiver_attempts": None}),
     "receiver_without_max_attempts": Break(
-        "receiver_bundle_iff_receiver_status", WATCHING_PENDING,
+        "receiver_status_has_bundle", WATCHING_PENDING,
         {"receiver_max_attempts": None}),
     "receiver_without_next_attempt": Break(
-        "receiver_bundle_iff_receiver_status", WATCHING_RETRY,
+        "receiver_status_has_bundle", WATCHING_RETRY,
         {"receiver_next_attempt_at": None}),
     "receiver_without_lease_flag": Break(
-        "receiver_bundle_iff_receiver_status", SUCCEEDED, {"receiver_lease_expired": None}),
+        "receiver_status_has_bundle", SUCCEEDED, {"receiver_lease_expired": None}),
     "receiver_attempts_over_max": Break(
-        "receiver_bundle_iff_receiver_status", WATCHING_PENDING, {"receiver_attempts": 6}),
+        "receiver_status_has_bundle", WATCHING_PENDING, {"receiver_attempts": 6}),
     "receiver_attempts_negative": Break(
-        "receiver_bundle_iff_receiver_status", WATCHING_PENDING, {"receiver_attempts": -1}),
+        "receiver_status_has_bundle", WATCHING_PENDING, {"receiver_attempts": -1}),
     "receiver_max_attempts_over_20": Break(
-        "receiver_bundle_iff_receiver_status", FAILED_REMOTE, {"receiver_max_attempts": 21}),
+        "receiver_status_has_bundle", FAILED_REMOTE, {"receiver_max_attempts": 21}),
     "receiver_max_attempts_zero": Break(
-        "receiver_bundle_iff_receiver_status", WATCHING_PENDING,
+        "receiver_status_has_bundle", WATCHING_PENDING,
         {"receiver_attempts": 0, "receiver_max_attempts": 0}),
     # receiver lease expiry exactly when the receiver reports leased
     "receiver_leased_without_expiry": Break(
