@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 CAPABILITIES = "c" * 64
@@ -84,3 +86,35 @@ def table_dump(connection: sqlite3.Connection) -> list[tuple[Any, ...]]:
         "SELECT * FROM cms_source_terminal_processing_meta"
     )]
     return [*rows, *meta]
+
+
+def reference_monitor() -> Any:
+    """The reference monitor module (skips the calling test when the seeds are absent)."""
+    import pytest
+    from reference import load_reference
+
+    try:
+        return load_reference("terminal_processing_monitor")
+    except FileNotFoundError as missing:
+        pytest.skip(str(missing))
+
+
+def plain_row(record: Any) -> dict[str, Any]:
+    """A record as the reference sees a row: plain values, statuses as strings."""
+    import attrs
+
+    return {
+        name: str(value) if isinstance(value, Enum) else value
+        for name, value in attrs.asdict(record).items()
+    }
+
+
+def reference_accepts(row: Mapping[str, Any]) -> bool:
+    """Whether the reference's own row rule (``_validated_row``) accepts ``row``."""
+    ref = reference_monitor()
+    try:
+        ref.DurableTerminalProcessingMonitor._validated_row(dict(row))
+    except ref.TerminalProcessingMonitorBlocked as blocked:
+        assert blocked.code == "terminal_processing_monitor.state_invalid"
+        return False
+    return True

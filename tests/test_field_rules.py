@@ -9,19 +9,12 @@ reference refuses the same row.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
-import sys
-from collections.abc import Mapping
-from enum import Enum
-from functools import cache
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import attrs
 import pytest
+from monitor_support import plain_row, reference_accepts
 
 from lifecycles.invariants.core import (
     FieldRule,
@@ -51,43 +44,7 @@ from lifecycles.machines.monitor import (
     new_record,
 )
 
-REFERENCE_PATH = Path(
-    os.environ.get(
-        "LIFECYCLES_REFERENCE_MONITOR", "/work/shared/seeds/terminal_processing_monitor.py"
-    )
-)
 T0 = 1_000.0
-
-
-@cache
-def reference() -> ModuleType:
-    """The reference implementation, imported from its file (the behaviour specification)."""
-    if not REFERENCE_PATH.is_file():
-        pytest.skip(f"reference monitor not found at {REFERENCE_PATH}")
-    name = "reference_terminal_processing_monitor"
-    spec = importlib.util.spec_from_file_location(name, REFERENCE_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def as_row(record: MonitorRecord) -> dict[str, Any]:
-    return {
-        name: value.value if isinstance(value, Enum) else value
-        for name, value in attrs.asdict(record).items()
-    }
-
-
-def reference_accepts(row: Mapping[str, Any]) -> bool:
-    ref = reference()
-    try:
-        ref.DurableTerminalProcessingMonitor._validated_row(dict(row))
-    except ref.TerminalProcessingMonitorBlocked as blocked:
-        assert blocked.code == STATE_INVALID
-        return False
-    return True
 
 
 def held(now: float, **changes: Any) -> MonitorInputs:
@@ -189,8 +146,8 @@ FIELD_CLAUSES = [
 def test_a_bad_field_is_refused_naming_its_rule(
     base: MonitorRecord, field: str, value: Any, rule: str
 ) -> None:
-    assert reference_accepts(as_row(base))
-    row = {**as_row(base), field: value}
+    assert reference_accepts(plain_row(base))
+    row = {**plain_row(base), field: value}
     with pytest.raises(FieldRuleViolation) as refused:
         attrs.evolve(base, **{field: value})
     assert (refused.value.rule, refused.value.field) == (rule, field)
@@ -245,11 +202,11 @@ def test_boundary_values_are_accepted_by_both(
     record = attrs.evolve(base, **{field: value})
     assert MONITOR.check(record) is record
     assert getattr(record, field) == value
-    assert reference_accepts(as_row(record))
+    assert reference_accepts(plain_row(record))
 
 
 def test_a_stored_status_string_becomes_the_enum() -> None:
-    record = MonitorRecord(**{**as_row(PENDING), "status": "pending"})
+    record = MonitorRecord(**{**plain_row(PENDING), "status": "pending"})
     assert record.status is MonitorStatus.PENDING
     assert record == PENDING
 
@@ -263,15 +220,15 @@ def test_bad_time_that_does_not_fit_a_float_is_refused_not_crashed() -> None:
         attrs.evolve(PENDING, next_poll_at=huge)
     assert refused.value.rule == "time_finite_non_negative"
     with pytest.raises(InvariantViolation) as invalid:
-        build_record(MonitorRecord, {**as_row(PENDING), "created_at": huge}, STATE_INVALID)
+        build_record(MonitorRecord, {**plain_row(PENDING), "created_at": huge}, STATE_INVALID)
     assert invalid.value.rules == ("time_finite_non_negative",)
 
 
 @pytest.mark.parametrize(
     "values",
     [
-        {name: value for name, value in as_row(PENDING).items() if name != "site_id"},
-        {**as_row(PENDING), "colour": "blue"},
+        {name: value for name, value in plain_row(PENDING).items() if name != "site_id"},
+        {**plain_row(PENDING), "colour": "blue"},
         {},
     ],
     ids=["missing column", "extra column", "empty"],

@@ -12,21 +12,15 @@ The single-field clauses (syntax, types, bounds, times) are in ``test_field_rule
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
-import sys
 from collections.abc import Mapping
-from enum import Enum
-from functools import cache
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import attrs
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from monitor_support import plain_row, reference_accepts, reference_monitor
 
 from lifecycles.invariants.core import InvariantViolation, build_record, field_rules
 from lifecycles.invariants.monitor import (
@@ -44,45 +38,8 @@ from lifecycles.machines.monitor import (
     new_record,
 )
 
-REFERENCE_PATH = Path(
-    os.environ.get(
-        "LIFECYCLES_REFERENCE_MONITOR", "/work/shared/seeds/terminal_processing_monitor.py"
-    )
-)
 T0 = 1_000.0
 WORKER, TOKEN = "worker-1", "token-1"
-
-
-@cache
-def reference() -> ModuleType:
-    """The reference implementation, imported from its file (the behaviour specification)."""
-    if not REFERENCE_PATH.is_file():
-        pytest.skip(f"reference monitor not found at {REFERENCE_PATH}")
-    name = "reference_terminal_processing_monitor"
-    spec = importlib.util.spec_from_file_location(name, REFERENCE_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-def as_row(record: MonitorRecord) -> dict[str, Any]:
-    """The record as the reference sees a row: plain values, statuses as strings."""
-    return {
-        name: value.value if isinstance(value, Enum) else value
-        for name, value in attrs.asdict(record).items()
-    }
-
-
-def reference_accepts(row: Mapping[str, Any]) -> bool:
-    ref = reference()
-    try:
-        ref.DurableTerminalProcessingMonitor._validated_row(dict(row))
-    except ref.TerminalProcessingMonitorBlocked as blocked:
-        assert blocked.code == STATE_INVALID
-        return False
-    return True
 
 
 def lifecycles_verdict(row: Mapping[str, Any]) -> tuple[bool, tuple[str, ...]]:
@@ -170,8 +127,8 @@ VALID = {
 def test_records_made_by_real_transitions_are_valid_for_both(name: str) -> None:
     record = VALID[name]
     assert MONITOR_INVARIANTS.broken(record) == []
-    assert lifecycles_verdict(as_row(record)) == (True, ())
-    assert reference_accepts(as_row(record))
+    assert lifecycles_verdict(plain_row(record)) == (True, ())
+    assert reference_accepts(plain_row(record))
 
 
 def test_the_valid_records_cover_every_status() -> None:
@@ -303,17 +260,17 @@ BREAKS: dict[str, Break] = {
 def test_each_clause_broken_alone_is_refused_naming_its_rule(case: str) -> None:
     spec = BREAKS[case]
     assert MONITOR_INVARIANTS.broken(spec.base) == []
-    assert reference_accepts(as_row(spec.base))
+    assert reference_accepts(plain_row(spec.base))
     # Field rules pass: only the cross-field rule is broken.
     broken = attrs.evolve(spec.base, **spec.changes)
-    before = as_row(broken)
+    before = plain_row(broken)
     with pytest.raises(InvariantViolation) as refused:
         MONITOR.check(broken)
     assert refused.value.rules == (spec.rule,)
     assert refused.value.code == STATE_INVALID
     assert lifecycles_verdict(before) == (False, (spec.rule,))
     assert not reference_accepts(before)
-    assert as_row(broken) == before
+    assert plain_row(broken) == before
 
 
 def test_failed_without_error_code_breaks_two_rules_that_cannot_be_separated() -> None:
@@ -327,7 +284,7 @@ def test_failed_without_error_code_breaks_two_rules_that_cannot_be_separated() -
         assert refused.value.rules == (
             "error_code_iff_waiting_or_failed", "failed_has_error_code"
         )
-        assert not reference_accepts(as_row(broken))
+        assert not reference_accepts(plain_row(broken))
 
 
 def test_every_invariant_is_named_documented_and_broken_by_some_case() -> None:
@@ -544,7 +501,7 @@ def test_every_single_column_change_agrees_with_the_reference() -> None:
     sole_reasons: set[str] = set()
     compared = 0
     for base in VALID.values():
-        original = as_row(base)
+        original = plain_row(base)
         for column in COLUMNS:
             for value in [None, *domain(column), *WILD]:
                 row = {**original, column: value}
@@ -591,7 +548,7 @@ DIVERGENCES: dict[str, tuple[MonitorRecord, dict[str, Any], str]] = {
 @pytest.mark.parametrize("case", DIVERGENCES)
 def test_documented_divergence_reference_accepts_lifecycles_refuses(case: str) -> None:
     base, changes, rule = DIVERGENCES[case]
-    row = {**as_row(base), **changes}
+    row = {**plain_row(base), **changes}
     assert reference_accepts(row), "the reference accepts this row"
     assert lifecycles_verdict(row) == (False, (rule,))
     with pytest.raises(InvariantViolation) as refused:
@@ -604,7 +561,7 @@ def test_documented_divergence_reference_accepts_lifecycles_refuses(case: str) -
 
 def test_both_accept_an_integer_receiver_bundle_without_a_receiver_status() -> None:
     # Well-typed leftovers are accepted by both: only the types are stricter.
-    row = {**as_row(PENDING), "receiver_attempts": 30, "receiver_max_attempts": -4,
+    row = {**plain_row(PENDING), "receiver_attempts": 30, "receiver_max_attempts": -4,
            "receiver_next_attempt_at": 5, "receiver_lease_expired": 0}
     assert reference_accepts(row)
     assert lifecycles_verdict(row) == (True, ())
@@ -613,8 +570,8 @@ def test_both_accept_an_integer_receiver_bundle_without_a_receiver_status() -> N
 def test_unhashable_terminal_status_crashes_the_reference_but_is_refused_here() -> None:
     # Not a value SQLite can hold, so out of the differential test: the reference's
     # set membership test raises TypeError, lifecycles names the rule.
-    row = {**as_row(PENDING), "terminal_status": ["published"]}
-    ref = reference()
+    row = {**plain_row(PENDING), "terminal_status": ["published"]}
+    ref = reference_monitor()
     with pytest.raises(TypeError):
         ref.DurableTerminalProcessingMonitor._validated_row(row)
     assert lifecycles_verdict(row) == (False, ("terminal_status_known",))

@@ -9,23 +9,19 @@ reference drew, passed into the machine as an input).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import math
-import os
 import sqlite3
-import sys
 from collections.abc import Mapping
 from enum import Enum
-from functools import cache
-from pathlib import Path
-from types import MappingProxyType, ModuleType
+from types import MappingProxyType
 from typing import Any
 
 import attrs
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from monitor_support import reference_monitor
 
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.invariants.monitor import (
@@ -51,31 +47,12 @@ from lifecycles.machines.monitor import (
     trigger_for_answer,
 )
 
-REFERENCE_PATH = Path(
-    os.environ.get(
-        "LIFECYCLES_REFERENCE_MONITOR", "/work/shared/seeds/terminal_processing_monitor.py"
-    )
-)
 CODE = "terminal_processing_monitor."
 CAPS = "c0ffee" + "0" * 58
 OTHER_CAPS = "d" * 64
 T0 = 1_000.0
 WORKER, TOKEN = "worker-1", "token-1"
 EVENT = "evt-1"
-
-
-@cache
-def reference() -> ModuleType:
-    """The reference implementation, imported from its file (the behaviour specification)."""
-    if not REFERENCE_PATH.is_file():
-        pytest.skip(f"reference monitor not found at {REFERENCE_PATH}")
-    name = "reference_terminal_processing_monitor"
-    spec = importlib.util.spec_from_file_location(name, REFERENCE_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 REAL_COLUMNS = frozenset(name for name in COLUMNS if name.endswith("_at"))
@@ -116,7 +93,7 @@ class Reference:
     """The reference monitor on an in-memory database, driven one call at a time."""
 
     def __init__(self, policy: RetryPolicy = DEFAULTS) -> None:
-        self.module = reference()
+        self.module = reference_monitor()
         self.connection = sqlite3.connect(":memory:")
         self.monitor = self.module.DurableTerminalProcessingMonitor(
             self.connection, CAPS,
