@@ -318,7 +318,15 @@ class CloseOutbox:
         *,
         limit: int = 100,
     ) -> ReplayReport:
-        """Attempt pending deliveries once each without executing workload code."""
+        """Attempt pending deliveries once each without executing workload code.
+
+        Up to ``limit`` pending entries, in entry-id order: untrusted material is
+        quarantined with a reason; the attempts of the rest are recorded durably, in one
+        batch, before the first ``deliver`` call; then each entry is delivered, or kept
+        pending with a bounded error when ``deliver`` raises an ``Exception``. Any other
+        exception (``KeyboardInterrupt``) propagates, leaving the remaining entries
+        pending with their attempt counted.
+        """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ValueError("limit must be an integer between 1 and 1000")
         attempted = delivered = failed = quarantined = 0
@@ -326,6 +334,7 @@ class CloseOutbox:
         with _translated_store_errors(), self.store.locked():
             names, total = self.store.first_names(pending, limit)
             changes_before = self.store.changes_seen(pending)
+            ready: list[OutboxRecord] = []
             for name in names:
                 try:
                     record = self.store.read_named(pending, name)
@@ -334,7 +343,7 @@ class CloseOutbox:
                     quarantined += 1
                     continue
                 if record is None:
-                    continue  # taken by a nested call of this process while we delivered
+                    continue  # gone since the listing (a nested call of this process)
                 if self.store.exists(record.entry_id, OutboxStatus.DELIVERED.value):
                     if self.store.finish_interrupted_move(record, pending):
                         continue  # delivered by an earlier, interrupted replay
@@ -342,18 +351,23 @@ class CloseOutbox:
                     self.store.fire(record, "quarantine", OutboxInputs(_now(), reason=reason))
                     quarantined += 1
                     continue
+                ready.append(record)
+            # Every attempt is durable before the first deliver call, written as one
+            # batch that shares a directory sync.
+            attempt = OutboxInputs(_now())
+            with self.store.transaction():
+                trying = [self.store.fire(record, "attempt", attempt) for record in ready]
+            for record in trying:
                 attempted += 1
-                attempted_at = _now()
-                trying = self.store.fire(record, "attempt", OutboxInputs(attempted_at))
                 try:
-                    deliver(request_of(trying))
+                    deliver(request_of(record))
                 except Exception as exc:
                     error_text = f"{type(exc).__name__}: close delivery failed"
-                    inputs = OutboxInputs(attempted_at, error=error_text)
-                    self.store.fire(trying, "fail_delivery", inputs)
+                    failure = OutboxInputs(attempt.now, error=error_text)
+                    self.store.fire(record, "fail_delivery", failure)
                     failed += 1
                     continue
-                self.store.fire(trying, "deliver", OutboxInputs(attempted_at))
+                self.store.fire(record, "deliver", attempt)
                 delivered += 1
             remaining = total + self.store.changes_seen(pending) - changes_before
             return ReplayReport(

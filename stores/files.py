@@ -283,12 +283,10 @@ def _unlink_after(error: BaseException, name: str, dir_fd: int) -> None:
         error.add_note(f"removing {name} also failed: {cleanup_error!r}")
 
 
-def write_file(dir_fd: int, name: str, data: bytes, *, fresh: bool = False) -> None:
-    """Atomically and durably put ``data`` at ``name``: temp, write, fsync, rename, fsync dir.
+def put_file(dir_fd: int, name: str, data: bytes) -> None:
+    """Atomically put ``data`` at ``name``: temp file, write, fsync, rename over ``name``.
 
-    ``fresh`` says nothing was at ``name`` before: if the directory cannot be synced
-    after the rename, the new file is removed again, so a failed write of a new
-    name leaves nothing behind that was never acknowledged.
+    Durable once the directory is synced (:func:`write_file` does both).
     """
     temp = f".{name}.{secrets.token_hex(8)}.tmp"
     fd = os.open(temp, CREATE_FLAGS, 0o600, dir_fd=dir_fd)
@@ -309,6 +307,16 @@ def write_file(dir_fd: int, name: str, data: bytes, *, fresh: bool = False) -> N
     except BaseException as error:
         _unlink_after(error, temp, dir_fd)
         raise
+
+
+def write_file(dir_fd: int, name: str, data: bytes, *, fresh: bool = False) -> None:
+    """Atomically and durably put ``data`` at ``name``: temp, write, fsync, rename, fsync dir.
+
+    ``fresh`` says nothing was at ``name`` before: if the directory cannot be synced
+    after the rename, the new file is removed again, so a failed write of a new
+    name leaves nothing behind that was never acknowledged.
+    """
+    put_file(dir_fd, name, data)
     try:
         os.fsync(dir_fd)
     except BaseException as error:
@@ -503,6 +511,9 @@ class FilesStore(Store[R]):
 
     def _write(self, dir_fd: int, name: str, data: bytes, *, fresh: bool = False) -> None:
         write_file(dir_fd, name, data, fresh=fresh)  # syncs the directory's unlinks too
+        self._synced(dir_fd)
+
+    def _synced(self, dir_fd: int) -> None:
         handles = self._handles
         if handles is not None:
             handles.unsynced.discard(dir_fd)
@@ -569,26 +580,47 @@ class FilesStore(Store[R]):
                 self._local.staged = None
 
     def _apply(self, staged: Mapping[str, _Staged]) -> None:
-        for key, change in staged.items():
-            status = str(self.lifecycle.status_of(change.record))
-            data = canonical_json(self.values_of(change.record)) + b"\n"
-            stem = stem_for(key)
-            if status == self.layout.quarantine_status:
-                self._write_quarantined(stem, data, self._reason_of(change.record))
-            elif change.on_disk == status:
-                self._write(self._dir_fd(status), stem + SUFFIX, data)
-            else:
-                destination = self._dir_fd(status)
-                fresh = not self._present(destination, stem + SUFFIX)
-                self._write(destination, stem + SUFFIX, data, fresh=fresh)
-                self._note_change(status, +1)
-            if change.on_disk is not None and change.on_disk != status:
-                # The destination is durable already; the source's unlink is synced
-                # later (see _Handles.unsynced): until then a crash leaves both copies.
-                source = self._dir_fd(change.on_disk)
-                os.unlink(stem + SUFFIX, dir_fd=source)
-                self._unsynced(source)
-                self._note_change(change.on_disk, -1)
+        """Write every staged record: all files first, then one sync per directory, then
+        the unlinks that finish moves (so a destination is durable before its source
+        goes, and many records share each directory's fsync)."""
+        placed: list[tuple[int, str, bool]] = []  # (directory, name, fresh): put, not synced
+        appeared: list[str] = []
+        moves: list[tuple[str, str]] = []  # (source status, name)
+        try:
+            for key, change in staged.items():
+                status = str(self.lifecycle.status_of(change.record))
+                data = canonical_json(self.values_of(change.record)) + b"\n"
+                stem = stem_for(key)
+                name = stem + SUFFIX
+                if status == self.layout.quarantine_status:
+                    self._write_quarantined(stem, data, self._reason_of(change.record))
+                else:
+                    destination = self._dir_fd(status)
+                    moving = change.on_disk != status
+                    fresh = moving and not self._present(destination, name)
+                    put_file(destination, name, data)
+                    placed.append((destination, name, fresh))
+                    if moving:
+                        appeared.append(status)
+                if change.on_disk is not None and change.on_disk != status:
+                    moves.append((change.on_disk, name))
+            for directory in dict.fromkeys(fd for fd, _, _ in placed):
+                os.fsync(directory)
+                self._synced(directory)
+        except BaseException as error:
+            for directory, name, fresh in placed:
+                if fresh:  # never acknowledged: leave no second copy behind
+                    _unlink_after(error, name, directory)
+            raise
+        for status in appeared:
+            self._note_change(status, +1)
+        for source_status, name in moves:
+            # The destination is durable; the source's unlink is synced with the next
+            # write into its directory or at lock release (see _Handles.unsynced).
+            source = self._dir_fd(source_status)
+            os.unlink(name, dir_fd=source)
+            self._unsynced(source)
+            self._note_change(source_status, -1)
 
     def _reason_of(self, record: R) -> str:
         field = self.layout.reason_field
@@ -825,10 +857,10 @@ class FilesStore(Store[R]):
             for other in self.layout.search_order:
                 if other == status:
                     continue
-                data = self._read(other, name)
-                if data is None:
-                    continue
                 try:
+                    data = self._read(other, name)
+                    if data is None:
+                        continue
                     moved = self.decode(data, name, other)
                 except UntrustedRecord:
                     return False
@@ -1102,6 +1134,7 @@ __all__ = [
     "UnsafePath",
     "UntrustedRecord",
     "canonical_json",
+    "put_file",
     "stem_for",
     "write_file",
 ]

@@ -506,3 +506,15 @@ def test_a_monitor_move_left_half_done_is_finished(monitor_store: FilesStore[Any
     assert monitor_store.finish_interrupted_move(record, "pending")
     assert not source.exists()
     assert monitor_store.get("e001") == leased
+
+
+def test_a_link_at_the_destination_is_not_the_end_of_a_move(
+    outbox_store: FilesStore[Any], tmp_path: Path
+) -> None:
+    record = outbox_store.fire(outbox_store.insert(outbox_record(1)), "attempt", OutboxInputs(T0))
+    target = tmp_path / "outside.json"
+    delivered = attrs.evolve(record, state="delivered")
+    target.write_bytes(canonical_json(outbox_store.values_of(delivered)) + b"\n")
+    os.symlink(target, outbox_store.root / "delivered" / f"{record.entry_id}.json")
+    assert not outbox_store.finish_interrupted_move(record, "pending")
+    assert (outbox_store.root / "pending" / f"{record.entry_id}.json").exists()

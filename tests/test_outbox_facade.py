@@ -186,3 +186,27 @@ def test_a_delivered_record_that_is_corrupt_refuses_enqueue_and_is_kept(tmp_path
         outbox.enqueue(item)
     assert error.value.rules == ("status_matches_directory",)
     assert path.exists() and outbox.replay(lambda delivered: None).quarantined == 0
+
+
+def test_every_attempt_of_a_replay_is_on_disk_before_the_first_deliver(tmp_path: Path) -> None:
+    outbox = CloseOutbox(state_dir=tmp_path)
+    items = sorted((request(i) for i in range(3)), key=lambda item: item.entry_id)
+    for item in items:
+        outbox.enqueue(item)
+    calls: list[str] = []
+
+    def deliver(delivered: CloseRequest) -> None:
+        if not calls:
+            for item in items:
+                assert stored(outbox, "pending", item.entry_id)["attempts"] == 1
+        calls.append(delivered.entry_id)
+        if delivered.entry_id == items[1].entry_id:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        outbox.replay(deliver)
+    assert calls == [items[0].entry_id, items[1].entry_id]
+    assert (outbox.delivered_dir / f"{items[0].entry_id}.json").exists()
+    # the interrupted and the never-called entry stay pending, their attempt counted
+    for item in items[1:]:
+        assert stored(outbox, "pending", item.entry_id)["attempts"] == 1
