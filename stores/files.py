@@ -390,20 +390,8 @@ class FilesStore(Store[R]):
         self._all_directories = sorted(
             {*self.layout.directories.values(), self.layout.quarantine_directory}
         )
-        with self.locked():  # creates (or checks) the whole layout once
-            if create:
-                self._sweep_temporary_files()
-
-    def _sweep_temporary_files(self) -> None:
-        """Remove temp files of writers that died mid-write (we hold the lock: none is live)."""
-        for directory in self._all_directories:
-            dir_fd = self._dir_fd(directory)
-            with os.scandir(dir_fd) as entries:
-                stale = [e.name for e in entries if TEMPORARY_NAME.fullmatch(e.name)]
-            for name in stale:
-                os.unlink(name, dir_fd=dir_fd)
-            if stale:
-                self._unsynced(dir_fd)
+        with self.locked():
+            pass  # creates (or checks) the whole layout once
 
     # -- locking -----------------------------------------------------------------
 
@@ -911,15 +899,26 @@ class FilesStore(Store[R]):
             return heapq.nsmallest(limit, names), len(names)
 
     def _names(self, status: str) -> list[str]:
+        """One pass over a directory: its ``*.json`` names; on the way, the temp files of
+        writers that died mid-write are removed (the lock is held: no writer is live)."""
         directory = self._directory_names.get(status, status)
         quarantine = directory == self.layout.quarantine_directory
-        with os.scandir(self._dir_fd(directory)) as entries:
-            return [
-                entry.name
-                for entry in entries
-                if entry.name.endswith(SUFFIX)
-                and not (quarantine and entry.name.endswith(ERROR_SUFFIX))
-            ]
+        dir_fd = self._dir_fd(directory)
+        names: list[str] = []
+        stale: list[str] = []
+        with os.scandir(dir_fd) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.endswith(SUFFIX):
+                    if not (quarantine and name.endswith(ERROR_SUFFIX)):
+                        names.append(name)
+                elif name.startswith(".") and TEMPORARY_NAME.fullmatch(name):
+                    stale.append(name)
+        if stale and self.create:
+            for name in stale:
+                os.unlink(name, dir_fd=dir_fd)
+            self._unsynced(dir_fd)
+        return names
 
     def names(self, status: str) -> list[str]:
         """Every ``*.json`` name in ``status``'s directory (quarantine: material only), unsorted."""

@@ -466,17 +466,19 @@ def test_layout_for_lifecycle_accepts_options(tmp_path: Path) -> None:
 # --- recovery after a crash ------------------------------------------------------------
 
 
-def test_temporary_files_of_dead_writers_are_swept_on_open(tmp_path: Path) -> None:
+def test_temporary_files_of_dead_writers_are_swept_by_the_next_listing(tmp_path: Path) -> None:
     store = FilesStore(OUTBOX, tmp_path / "close-outbox", OUTBOX_LAYOUT)
     ours = store.root / "pending" / ".abc.json.0123456789abcdef.tmp"
     theirs = store.root / "delivered" / f".abc.json.{'f' * 32}.tmp"
     unrelated = store.root / "pending" / ".notes.tmp"
     for path in (ours, theirs, unrelated):
         path.write_bytes(b"{half")
-    FilesStore(OUTBOX, store.root, OUTBOX_LAYOUT)
+    reader = FilesStore(OUTBOX, store.root, OUTBOX_LAYOUT, create=False)
+    assert reader.count("pending") == 0 and reader.count("delivered") == 0
+    assert ours.exists() and theirs.exists(), "a read-only store removes nothing"
+    assert store.first_names("pending", 10) == ([], 0)
+    assert store.count_by_status() == {"pending": 0, "delivered": 0, "quarantined": 0}
     assert not ours.exists() and not theirs.exists() and unrelated.exists()
-    FilesStore(OUTBOX, store.root, OUTBOX_LAYOUT, create=False)  # read-only: sweeps nothing
-    assert unrelated.exists()
 
 
 def test_the_source_of_an_interrupted_move_is_finished_only_when_it_is_one(
