@@ -642,4 +642,6 @@ def open_monitor_store(connection: Connection, capabilities_sha256: str) -> Post
     MonitorRecord
 ]:
     """The monitor's store on ``connection``: what ``DurableTerminalProcessingMonitor`` uses."""
+    if not isinstance(connection, psycopg.Connection):  # an AsyncConnection, say
+        raise TypeError("connection must be a psycopg.Connection (synchronous)")
     return PostgresStore(MONITOR, connection, PostgresMonitorSchema(MONITOR, capabilities_sha256))

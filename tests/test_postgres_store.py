@@ -401,3 +401,9 @@ def test_generic_store_derives_types_from_the_record(pg_connect: Connect) -> Non
     assert types["poll_attempts"] == "bigint"
     assert types["next_poll_at"] == "double precision"
     assert types["event_id"] == "text"
+
+
+def test_an_async_connection_is_refused_plainly() -> None:
+    async_connection = psycopg.AsyncConnection.__new__(psycopg.AsyncConnection)
+    with pytest.raises(TypeError, match="synchronous"):
+        open_monitor_store(async_connection, CAPABILITIES)  # type: ignore[arg-type]
