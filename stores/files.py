@@ -15,15 +15,21 @@ Guarantees (beyond :mod:`lifecycles.stores.base`):
 
 * **Durability.** A write is: temp file in the destination directory (``O_EXCL``),
   write, ``fsync``, ``rename`` over the final name, ``fsync`` of the directory. A move
-  to another status writes the destination that way, then unlinks the source and
-  ``fsync``s the source directory. When a store call returns, what it wrote is on
-  disk; a reader never sees a partly written file under a final name.
+  to another status writes the destination that way, then unlinks the source; the
+  source directory is synced by the next write into it or when the outermost lock is
+  released. When a store call (or the outermost :meth:`FilesStore.locked` block)
+  returns, what it wrote is on disk; a reader never sees a partly written file under
+  a final name. A new file whose directory cannot be synced is removed again.
 * **Transactions.** Writes inside :meth:`FilesStore.transaction` are staged and
-  applied on exit, record by record; an exception discards them (inner transactions
-  are savepoints). A crash *during* that apply can leave a prefix of a multi-record
-  transaction applied, each file whole; a crash inside a move can leave the record
-  in both directories, and :meth:`FilesStore.get` then trusts the first directory of
-  the layout's ``search_order``.
+  applied on exit (inner transactions are savepoints); an exception discards them.
+  The apply writes every file, then syncs each directory once, then unlinks the
+  sources of moves, so many records share a directory's fsync. A crash *during* it
+  can leave part of a multi-record transaction applied, each file whole.
+* **Interrupted moves.** A crash (or a failed unlink) between a move's two steps
+  leaves the record in both directories: :meth:`FilesStore.get` trusts the first of
+  the layout's ``search_order``, and :meth:`FilesStore.finish_interrupted_move`
+  removes the source once it is proven to be exactly what a row moved. Temp files of
+  writers that died mid-write are removed by the next listing of their directory.
 * **Locking.** Every operation holds an exclusive ``flock`` on ``.lock``: safe across
   processes; within a process a re-entrant guard per lock file (keyed by its inode)
   lets nested use by the same thread proceed, even through a second store object,
@@ -906,14 +912,12 @@ class FilesStore(Store[R]):
         dir_fd = self._dir_fd(directory)
         names: list[str] = []
         stale: list[str] = []
-        with os.scandir(dir_fd) as entries:
-            for entry in entries:
-                name = entry.name
-                if name.endswith(SUFFIX):
-                    if not (quarantine and name.endswith(ERROR_SUFFIX)):
-                        names.append(name)
-                elif name.startswith(".") and TEMPORARY_NAME.fullmatch(name):
-                    stale.append(name)
+        for name in os.listdir(dir_fd):  # names only: no stat, no per-entry objects
+            if name.endswith(SUFFIX):
+                if not (quarantine and name.endswith(ERROR_SUFFIX)):
+                    names.append(name)
+            elif name.startswith(".") and TEMPORARY_NAME.fullmatch(name):
+                stale.append(name)
         if stale and self.create:
             for name in stale:
                 os.unlink(name, dir_fd=dir_fd)
