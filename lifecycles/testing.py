@@ -116,6 +116,10 @@ def build_state_machine(
         def can_move(self) -> bool:
             return any(str(lifecycle.status_of(r)) in movable for r in self.model.values())
 
+        def expect(self, condition: bool, message: str) -> None:
+            if not condition:
+                raise self.failure(message)
+
         def failure(self, message: str) -> StepFailed:
             trace = "\n".join(f"  {n}. {s}" for n, s in enumerate(self.steps, 1))
             return StepFailed(f"{label}: {message}\nsteps of this example:\n{trace}")
@@ -133,27 +137,27 @@ def build_state_machine(
             lifecycle.create(record)
             stored = self.store.insert(record)
             if key in self.model:
-                assert stored == self.model[key], self.failure(f"insert of {key} changed it")
+                self.expect(stored == self.model[key], f"insert of {key} changed it")
             else:
-                assert stored == record, self.failure(f"insert of {key} returned another")
+                self.expect(stored == record, f"insert of {key} returned another")
                 self.model[key] = record
 
         @invariant()
         def every_record_valid_none_lost(self) -> None:
             stored = {lifecycle.key_of(record): record for record in self.store.scan()}
             lost = sorted(set(self.model) - set(stored))
-            assert not lost, self.failure(f"records lost: {lost}")
+            self.expect(not lost, f"records lost: {lost}")
             appeared = sorted(set(stored) - set(self.model))
-            assert not appeared, self.failure(f"records appeared: {appeared}")
+            self.expect(not appeared, f"records appeared: {appeared}")
             for key, record in stored.items():
                 broken = lifecycle.invariants.broken(record)
-                assert not broken, self.failure(f"{key} breaks {broken}")
-                assert record == self.model[key], self.failure(f"{key} differs from the model")
+                self.expect(not broken, f"{key} breaks {broken}")
+                self.expect(record == self.model[key], f"{key} differs from the model")
             counts = self.store.count_by_status()
             expected = {status.value: 0 for status in lifecycle.statuses}
             for record in self.model.values():
                 expected[str(lifecycle.status_of(record))] += 1
-            assert counts == expected, self.failure(f"count_by_status {counts} != {expected}")
+            self.expect(counts == expected, f"count_by_status {counts} != {expected}")
 
     def add_move_rule(move: Move[R, Any]) -> None:
         sources = exploration.sources(move)
@@ -182,7 +186,8 @@ def build_state_machine(
             try:
                 with lifecycle.observing(coverage), machine.store.transaction():
                     current = machine.store.get(key)
-                    assert current is not None, machine.failure(f"{key} vanished")
+                    if current is None:
+                        raise machine.failure(f"{key} vanished")
                     outcome: R | TransitionRefused = move.perform(store_fire, current, choice)
             except TransitionRefused as refusal:
                 outcome = refusal
@@ -192,16 +197,17 @@ def build_state_machine(
                 raise machine.failure(f"{move.name} through the store raised "
                                       f"{type(error).__name__}: {error}") from error
             if isinstance(expected, TransitionRefused) or isinstance(outcome, TransitionRefused):
-                assert (
+                if not (
                     isinstance(expected, TransitionRefused)
                     and isinstance(outcome, TransitionRefused)
                     and expected.code == outcome.code
-                ), machine.failure(f"store gave {outcome!r}, pure machine {expected!r}")
+                ):
+                    raise machine.failure(f"store gave {outcome!r}, pure machine {expected!r}")
                 after = machine.store.get(key)
-                assert after == before, machine.failure(f"refused {move.name} changed {key}")
+                machine.expect(after == before, f"refused {move.name} changed {key}")
                 machine.steps[-1] += f" -> refused {outcome.code}"
                 return
-            assert outcome == expected, machine.failure("store and pure machine disagree")
+            machine.expect(outcome == expected, "store and pure machine disagree")
             machine.model[key] = outcome
             machine.steps[-1] += f" -> {lifecycle.status_of(outcome)}"
 

@@ -1,0 +1,149 @@
+"""lifecycles.testing: the generated state machine finds real bugs, in lifecycles and stores."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from lifecycles.checker import load_exploration
+from lifecycles.invariants.monitor import MonitorRecord
+from lifecycles.machines.core import Row
+from lifecycles.machines.monitor import MONITOR
+from lifecycles.machines.monitor_inputs import EXPLORATION
+from lifecycles.stores.memory import MemoryStore
+from lifecycles.testing import StepFailed, build_state_machine
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFECT_MODULE = ROOT / "examples" / "monitor_defect.py"
+
+# Bounded and derandomized: these tests assert that a bug is found, every time.
+# Six steps are enough for every bug below (create, claim, one more); no explain phase.
+FINDING = settings(
+    max_examples=100, stateful_step_count=6, deadline=None, derandomize=True, database=None,
+    suppress_health_check=[HealthCheck.too_slow], print_blob=False,
+    phases=[Phase.generate, Phase.shrink],
+)
+
+
+def memory_store() -> MemoryStore[MonitorRecord]:
+    return MemoryStore(MONITOR)
+
+
+def failing_steps(error: StepFailed) -> list[str]:
+    return re.findall(r"^  \d+\. (.*)$", str(error), flags=re.MULTILINE)
+
+
+def test_the_generated_test_finds_the_reference_defect_with_a_short_trace() -> None:
+    defective = load_exploration(f"{DEFECT_MODULE}:DEFECT_PUT_BACK")
+    machine = build_state_machine(defective, memory_store, record_coverage=False)
+    with pytest.raises(StepFailed) as raised:
+        run_state_machine_as_test(machine, settings=FINDING)
+    message = str(raised.value)
+    assert "receiver_error_iff_receiver_waiting_or_failed" in message
+    steps = failing_steps(raised.value)
+    # Shrunk to: create, claim, then the answer without an error code.
+    assert len(steps) <= 4, message
+    assert steps[0].startswith("create ")
+    assert any(step.startswith("claim ") for step in steps)
+    assert re.search(r"(observe_progress|observe_failure) .*(without error|generated)",
+                     steps[-1]), message
+
+
+def test_the_fixed_monitor_passes_the_same_run() -> None:
+    machine = build_state_machine(EXPLORATION, memory_store, record_coverage=False)
+    run_state_machine_as_test(machine, settings=FINDING)
+    coverage = machine.coverage
+    assert coverage.unfired_rows == []
+    assert coverage.guard_outcomes["lease_is_held"][True] > 0
+    assert coverage.guard_outcomes["lease_is_held"][False] > 0
+
+
+class LosingStore(MemoryStore[MonitorRecord]):
+    """Drops a record once a worker gives up its lease: what a lost-record check is for."""
+
+    def write(self, before: MonitorRecord, after: MonitorRecord, row: Row) -> None:
+        super().write(before, after, row)
+        if before.status == "leased":
+            del self._records[after.event_id]
+
+
+class ForgetfulStore(MemoryStore[MonitorRecord]):
+    """Acknowledges retry writes without keeping them: store and machine disagree."""
+
+    def write(self, before: MonitorRecord, after: MonitorRecord, row: Row) -> None:
+        if row.trigger != "expire_lease":
+            super().write(before, after, row)
+
+
+@pytest.mark.parametrize(
+    ("store_class", "finding"),
+    [(LosingStore, "records lost"), (ForgetfulStore, "differs from the model")],
+)
+def test_store_bugs_are_found(store_class: type[MemoryStore[MonitorRecord]], finding: str
+                              ) -> None:
+    machine = build_state_machine(EXPLORATION, lambda: store_class(MONITOR),
+                                  record_coverage=False)
+    with pytest.raises(StepFailed, match=finding):
+        run_state_machine_as_test(machine, settings=FINDING)
+
+
+def test_rules_are_one_per_move_with_table_preconditions() -> None:
+    machine: Any = build_state_machine(EXPLORATION, memory_store, record_coverage=False)
+    state = machine()
+    names = {rule.function.__name__ for rule in state.rules}
+    assert names == {"create", *(move.name for move in EXPLORATION.moves)}
+    assert {move.name for move in EXPLORATION.moves} == set(MONITOR.triggers)
+    assert not state.can_move()  # no record yet: every trigger rule is disabled
+    enabled = [rule for rule in state.rules if all(p(state) for p in rule.preconditions)]
+    assert [rule.function.__name__ for rule in enabled] == ["create"]
+
+
+REQUIRE_COVERAGE_TEST = """
+    from lifecycles.machines.monitor import MONITOR
+    from lifecycles.machines.monitor_inputs import EXPLORATION
+    from lifecycles.stores.memory import MemoryStore
+    from lifecycles.testing import build_state_machine
+    import attrs
+    from hypothesis import settings
+
+    # Without the expire_lease move the generated test can never fire its rows.
+    NARROW = attrs.evolve(
+        EXPLORATION, moves=tuple(m for m in EXPLORATION.moves if m.name != "expire_lease")
+    )
+    TestNarrow = build_state_machine(
+        NARROW, lambda: MemoryStore(MONITOR), name="narrow monitor"
+    ).TestCase
+    TestNarrow.settings = settings(max_examples=10, stateful_step_count=5, deadline=None)
+"""
+
+
+def run_pytest(directory: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options,
+         str(directory / "test_narrow.py")],
+        cwd=directory, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_require_coverage_option_fails_a_run_that_left_a_row_unexercised(tmp_path: Path
+                                                                          ) -> None:
+    (tmp_path / "test_narrow.py").write_text(textwrap.dedent(REQUIRE_COVERAGE_TEST))
+    relaxed = run_pytest(tmp_path)
+    assert relaxed.returncode == 0, relaxed.stdout + relaxed.stderr
+    assert "lifecycles transition coverage" in relaxed.stdout
+    unexercised = re.search(r"\[narrow monitor\] rows never exercised: (.*)", relaxed.stdout)
+    assert unexercised is not None, relaxed.stdout
+    assert "'expire_lease [lease_has_expired, another_failure_allowed]'" in unexercised[1]
+
+    strict = run_pytest(tmp_path, "--lifecycles-require-coverage")
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    assert "1 passed" in strict.stdout
+    assert "FAILS the run: --lifecycles-require-coverage" in strict.stdout
