@@ -4,10 +4,10 @@ Rules are verbs: enqueue (new, identical, conflicting, invalid), replay with a d
 callback that fails for chosen entries, corrupt a pending file (truncated, not JSON,
 wrong keys, an entry id that does not match, a state that is not its directory's,
 oversized), leave the source of a delivery beside its destination (a crash inside a
-move: the next replay removes it), and reopen the outbox. After every step: every stored record holds every rule, the
-directory holds exactly what the model says, and no intent is lost: each is delivered
-at least once, still pending, or quarantined with a reason.
-"""
+move: the next replay removes it), and reopen the outbox. After every step: every
+stored record holds every rule, the directory holds exactly what the model says, and
+no intent is lost: each is delivered at least once, still pending, or quarantined
+with a reason."""
 
 from __future__ import annotations
 
