@@ -390,9 +390,7 @@ class FilesStore(Store[R]):
         self.create = create
         self._fields = frozenset(field.name for field in attrs.fields(lifecycle.record_type))  # type: ignore[arg-type]
         self._local = threading.local()
-        self._directory_names = {
-            **{status: name for status, name in self.layout.directories.items()},
-        }
+        self._directory_names = dict(self.layout.directories)
         self._all_directories = sorted(
             {*self.layout.directories.values(), self.layout.quarantine_directory}
         )
@@ -427,10 +425,8 @@ class FilesStore(Store[R]):
 
     def _acquire(self) -> _Handles:
         parent = self.root.parent
-        if self.create:
-            os.makedirs(parent, mode=0o700, exist_ok=True)
         try:
-            parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            parent_fd = self._open_parent(parent)
         except FileNotFoundError:
             raise StoreMissing(f"{parent} does not exist") from None
         opened: list[int] = []
@@ -462,6 +458,17 @@ class FilesStore(Store[R]):
         finally:
             os.close(parent_fd)
         return _Handles(root_fd, directories, process_lock, lock_fd)
+
+    def _open_parent(self, parent: Path) -> int:
+        # The caller's own directory: its path is followed as given (created if asked).
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+        try:
+            return os.open(parent, flags)
+        except FileNotFoundError:
+            if not self.create:
+                raise
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        return os.open(parent, flags)
 
     def _open_lock(self, root_fd: int) -> int:
         # Created even without ``create``: it holds no data, and a store whose writer
