@@ -13,9 +13,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import json
 import os
 import stat
 import struct
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -23,11 +26,13 @@ from typing import Any
 
 import pytest
 from outbox_support import (
+    IMPL_VARIABLE,
     LOCK_NAME,
     RECORD_STATUSES,
     STATUS_DIRS,
     StoreView,
     entry_id_of,
+    implementation_spec,
     load_outbox,
     make_request,
     store_root,
@@ -41,6 +46,7 @@ OUTSIDE_DIRECTORY_MODE = 0o755
 OUTSIDE_FILE_MODE = 0o644
 IN_ALL_EVENTS = 0x00000FFF
 IN_EVENT_HEADER = struct.Struct("iIII")
+PROBE_TIMEOUT_SECONDS = 30
 
 
 @pytest.fixture
@@ -427,6 +433,80 @@ def test_a_linked_delivered_destination_is_never_followed(
     if report is not None:
         assert report.delivered == 0, "delivered over a planted link"
         assert StoreView(outbox, state_dir).is_quarantined(entry_id)
+
+
+# --- other things planted at a record path ----------------------------------------
+
+PLANTED_PROBE = """
+import json, sys
+from outbox_support import load_outbox, make_request
+
+outbox = load_outbox()
+state_dir, run_id, transaction_id = sys.argv[1:]
+outcome = {}
+try:
+    report = outbox.CloseOutbox(state_dir=state_dir).replay(lambda request: None, limit=100)
+    outcome["replay"] = {"delivered": report.delivered, "quarantined": report.quarantined}
+except outbox.CloseOutboxError as error:
+    outcome["replay"] = {"refused": type(error).__name__}
+try:
+    receipt = outbox.CloseOutbox(state_dir=state_dir).enqueue(
+        make_request(outbox, run_id, transaction_id)
+    )
+    outcome["enqueue"] = {"created": receipt.created, "state": receipt.state}
+except outbox.CloseOutboxError as error:
+    outcome["enqueue"] = {"refused": type(error).__name__}
+print(json.dumps(outcome))
+"""
+
+
+def run_probe(state_dir: Path, transaction_id: str) -> dict[str, dict[str, Any]]:
+    """Replay, then enqueue `transaction_id`, in a child process: a store that opened a
+    FIFO for reading would block forever, and only a child can be stopped."""
+    environment = dict(os.environ)
+    environment[IMPL_VARIABLE] = implementation_spec()
+    tests = str(Path(__file__).parent)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [tests, *filter(None, [environment.get("PYTHONPATH")])]
+    )
+    try:
+        finished = subprocess.run(
+            [sys.executable, "-c", PLANTED_PROBE, str(state_dir), RUN, transaction_id],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=PROBE_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the outbox blocked for {PROBE_TIMEOUT_SECONDS} s on a planted file")
+    assert finished.returncode == 0, finished.stderr
+    outcome: dict[str, dict[str, Any]] = json.loads(finished.stdout)
+    return outcome
+
+
+@pytest.mark.parametrize("status", RECORD_STATUSES)
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_fifo_or_directory_at_a_record_path_is_not_trusted_and_never_blocks(
+    outbox: ModuleType, tmp_path: Path, kind: str, status: str
+) -> None:
+    state_dir = tmp_path / "state"
+    seeded_store(outbox, state_dir)
+    transaction_id = f"tx-planted-{kind}"
+    planted = store_root(state_dir) / status / f"{entry_id_of(RUN, transaction_id)}.json"
+    if kind == "fifo":
+        os.mkfifo(planted, 0o600)
+    else:
+        planted.mkdir(mode=0o700)
+    outcome = run_probe(state_dir, transaction_id)
+    if status == "pending" and "refused" not in outcome["replay"]:
+        assert outcome["replay"] == {"delivered": 1, "quarantined": 1}
+        assert not os.path.lexists(planted), "replay reported the planted file quarantined"
+        assert StoreView(outbox, state_dir).is_quarantined(entry_id_of(RUN, transaction_id))
+    if status == "delivered":
+        assert outcome["replay"] == {"delivered": 1, "quarantined": 0}
+    # The identity is never answered from, nor written over, what was planted.
+    assert outcome["enqueue"] == {"refused": "OutboxCorruptError"}
 
 
 # --- identifiers that try to escape the store ---------------------------------------
