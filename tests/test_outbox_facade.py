@@ -210,3 +210,27 @@ def test_every_attempt_of_a_replay_is_on_disk_before_the_first_deliver(tmp_path:
     # the interrupted and the never-called entry stay pending, their attempt counted
     for item in items[1:]:
         assert stored(outbox, "pending", item.entry_id)["attempts"] == 1
+
+
+def test_replay_lists_the_pending_directory_once_per_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outbox = CloseOutbox(state_dir=tmp_path)
+    for i in range(30):
+        outbox.enqueue(request(i))
+    listings: list[object] = []
+    real_listdir, real_scandir = os.listdir, os.scandir
+
+    def counting_listdir(path: object = ".") -> list[str]:
+        listings.append(path)
+        return real_listdir(path)  # type: ignore[arg-type]
+
+    def counting_scandir(path: object = ".") -> object:
+        listings.append(path)
+        return real_scandir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "listdir", counting_listdir)
+    monkeypatch.setattr(os, "scandir", counting_scandir)
+    report = outbox.replay(lambda delivered: None, limit=10)
+    assert (report.delivered, report.remaining) == (10, 20)
+    assert len(listings) == 1, "the count of what remains comes from the same pass"
