@@ -123,6 +123,7 @@ class StorageBlocked(
     TerminalProcessingMonitorBlocked,
     codes=frozenset({
         "schema_altered", "legacy_unbound", "database_integrity", "transaction_nested",
+        "database_unreachable",
     }),
 ):
     """The database cannot be used as it is; nothing was changed."""
