@@ -225,6 +225,10 @@ class _ProcessLock:
     fd: int = -1
     # Files that appeared (+) or left (-) each directory while this process held the lock.
     changes: Counter[str] = attrs.field(factory=Counter)
+    # What this process read or wrote while holding the lock: file bytes (None: absent)
+    # and quarantine listings. Valid only while the lock is held (no one else writes
+    # then); cleared on every change this process makes and when the lock is released.
+    memo: dict[tuple[str, str], Any] = attrs.field(factory=dict)
 
 
 _REGISTRY: dict[tuple[int, int], _ProcessLock] = {}
@@ -331,8 +335,13 @@ def write_file(dir_fd: int, name: str, data: bytes, *, fresh: bool = False) -> N
         raise
 
 
-def _open_directory(name: str, dir_fd: int | None, *, create: bool) -> int:
-    """Open (and if asked create, 0700) a directory without following a symbolic link."""
+def _open_directory(
+    name: str, dir_fd: int | None, *, create: bool, check_mode: bool = True
+) -> int:
+    """Open (and if asked create, 0700) a directory without following a symbolic link.
+
+    ``check_mode`` (with ``create``) also tightens an existing directory to 0700.
+    """
     try:
         try:
             fd = os.open(name, DIRECTORY_FLAGS, dir_fd=dir_fd)
@@ -341,6 +350,7 @@ def _open_directory(name: str, dir_fd: int | None, *, create: bool) -> int:
                 raise
             with contextlib.suppress(FileExistsError):  # a racing creator: the open checks
                 os.mkdir(name, 0o700, dir_fd=dir_fd)
+                check_mode = True  # made here: the umask may have taken bits off 0700
             fd = os.open(name, DIRECTORY_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         raise StoreMissing(f"directory {name} does not exist") from None
@@ -348,9 +358,11 @@ def _open_directory(name: str, dir_fd: int | None, *, create: bool) -> int:
         if error.errno in (errno.ELOOP, errno.ENOTDIR):
             raise UnsafePath(f"{name} is a symbolic link or not a directory") from None
         raise
+    if not (create and check_mode):
+        return fd
     try:
         info = os.fstat(fd)
-        if create and stat.S_IMODE(info.st_mode) != 0o700 and info.st_uid == os.geteuid():
+        if stat.S_IMODE(info.st_mode) != 0o700 and info.st_uid == os.geteuid():
             os.fchmod(fd, 0o700)
     except BaseException as error:
         _close_quietly_after(error, fd)
@@ -394,8 +406,15 @@ class FilesStore(Store[R]):
         self._all_directories = sorted(
             {*self.layout.directories.values(), self.layout.quarantine_directory}
         )
-        with self.locked():
-            pass  # creates (or checks) the whole layout once
+        with self.locked():  # creates (or checks) the whole layout once, modes included
+            handles = self._handles
+            assert handles is not None
+            if create:
+                root_info = os.fstat(handles.root)
+                if stat.S_IMODE(root_info.st_mode) != 0o700 and root_info.st_uid == os.geteuid():
+                    os.fchmod(handles.root, 0o700)
+            for name in self._all_directories:
+                handles.directories[name] = _open_directory(name, handles.root, create=create)
 
     # -- locking -----------------------------------------------------------------
 
@@ -424,15 +443,9 @@ class FilesStore(Store[R]):
             self._release(handles)
 
     def _acquire(self) -> _Handles:
-        parent = self.root.parent
+        root_fd = self._open_root()
+        opened = [root_fd]
         try:
-            parent_fd = self._open_parent(parent)
-        except FileNotFoundError:
-            raise StoreMissing(f"{parent} does not exist") from None
-        opened: list[int] = []
-        try:
-            root_fd = _open_directory(self.root.name, parent_fd, create=self.create)
-            opened.append(root_fd)
             lock_fd = self._open_lock(root_fd)
             opened.append(lock_fd)
             identity = os.fstat(lock_fd)
@@ -443,11 +456,6 @@ class FilesStore(Store[R]):
                     fcntl.flock(lock_fd, fcntl.LOCK_EX)
                     process_lock.fd = lock_fd
                 process_lock.depth += 1
-                try:
-                    directories = self._open_directories(root_fd, opened)
-                except BaseException:
-                    self._unlock(process_lock, lock_fd)
-                    raise
             except BaseException:
                 process_lock.guard.release()
                 raise
@@ -455,20 +463,18 @@ class FilesStore(Store[R]):
             for fd in reversed(opened):
                 _close_quietly_after(error, fd)
             raise
-        finally:
-            os.close(parent_fd)
-        return _Handles(root_fd, directories, process_lock, lock_fd)
+        return _Handles(root_fd, {}, process_lock, lock_fd)
 
-    def _open_parent(self, parent: Path) -> int:
-        # The caller's own directory: its path is followed as given (created if asked).
-        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    def _open_root(self) -> int:
+        """The store directory, never through a link at its own name (the caller's path
+        above it is followed as given); created, with its parents, if asked."""
         try:
-            return os.open(parent, flags)
-        except FileNotFoundError:
+            return _open_directory(str(self.root), None, create=False, check_mode=False)
+        except StoreMissing:
             if not self.create:
                 raise
-        os.makedirs(parent, mode=0o700, exist_ok=True)
-        return os.open(parent, flags)
+        os.makedirs(self.root.parent, mode=0o700, exist_ok=True)
+        return _open_directory(str(self.root), None, create=True)
 
     def _open_lock(self, root_fd: int) -> int:
         # Created even without ``create``: it holds no data, and a store whose writer
@@ -490,17 +496,11 @@ class FilesStore(Store[R]):
             raise
         return fd
 
-    def _open_directories(self, root_fd: int, opened: list[int]) -> dict[str, int]:
-        by_name: dict[str, int] = {}
-        for name in self._all_directories:
-            by_name[name] = _open_directory(name, root_fd, create=self.create)
-            opened.append(by_name[name])
-        return by_name
-
     def _unlock(self, process_lock: _ProcessLock, lock_fd: int) -> None:
         process_lock.depth -= 1
         if process_lock.depth == 0:
             process_lock.fd = -1
+            process_lock.memo.clear()
             fcntl.flock(lock_fd, fcntl.LOCK_UN)
 
     def _unsynced(self, dir_fd: int) -> None:
@@ -533,11 +533,27 @@ class FilesStore(Store[R]):
                     os.close(fd)
 
     def _dir_fd(self, status_or_directory: str) -> int:
+        """The directory's descriptor, opened on first use while the lock is held."""
         handles = self._handles
         if handles is None:
             raise RuntimeError("the store's lock is not held")
         name = self._directory_names.get(status_or_directory, status_or_directory)
-        return handles.directories[name]
+        fd = handles.directories.get(name)
+        if fd is None:
+            fd = _open_directory(name, handles.root, create=self.create, check_mode=False)
+            handles.directories[name] = fd
+        return fd
+
+    @property
+    def _memo(self) -> dict[tuple[str, str], Any]:
+        handles = self._handles
+        if handles is None:
+            return {}
+        return handles.process_lock.memo
+
+    def _forget(self) -> None:
+        """Something is about to change on disk: nothing remembered can be trusted."""
+        self._memo.clear()
 
     def _note_change(self, status: str, delta: int) -> None:
         handles = self._handles
@@ -584,7 +600,9 @@ class FilesStore(Store[R]):
         """Write every staged record: all files first, then one sync per directory, then
         the unlinks that finish moves (so a destination is durable before its source
         goes, and many records share each directory's fsync)."""
+        self._forget()
         placed: list[tuple[int, str, bool]] = []  # (directory, name, fresh): put, not synced
+        written: dict[tuple[str, str], bytes | None] = {}
         appeared: list[str] = []
         moves: list[tuple[str, str]] = []  # (source status, name)
         try:
@@ -601,6 +619,7 @@ class FilesStore(Store[R]):
                     fresh = moving and not self._present(destination, name)
                     put_file(destination, name, data)
                     placed.append((destination, name, fresh))
+                    written[(self._directory_names[status], name)] = data
                     if moving:
                         appeared.append(status)
                 if change.on_disk is not None and change.on_disk != status:
@@ -609,10 +628,13 @@ class FilesStore(Store[R]):
                 os.fsync(directory)
                 self._synced(directory)
         except BaseException as error:
+            self._forget()
             for directory, name, fresh in placed:
                 if fresh:  # never acknowledged: leave no second copy behind
                     _unlink_after(error, name, directory)
             raise
+        for source_status, name in moves:
+            written[(self._directory_names[source_status], name)] = None
         for status in appeared:
             self._note_change(status, +1)
         for source_status, name in moves:
@@ -622,6 +644,7 @@ class FilesStore(Store[R]):
             os.unlink(name, dir_fd=source)
             self._unsynced(source)
             self._note_change(source_status, -1)
+        self._memo.update(written)  # what is on disk now, so the next write need not read it
 
     def _reason_of(self, record: R) -> str:
         field = self.layout.reason_field
@@ -657,6 +680,16 @@ class FilesStore(Store[R]):
 
     def _read(self, directory: str, name: str) -> bytes | None:
         """The bytes of ``name`` in ``directory``, ``None`` if absent; never follows a link."""
+        memo = self._memo
+        remembered = (self._directory_names.get(directory, directory), name)
+        if remembered in memo:
+            found: bytes | None = memo[remembered]
+            return found
+        data = self._read_file(directory, name)
+        memo[remembered] = data
+        return data
+
+    def _read_file(self, directory: str, name: str) -> bytes | None:
         dir_fd = self._dir_fd(directory)
         try:
             fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
@@ -870,6 +903,7 @@ class FilesStore(Store[R]):
                 source = self._dir_fd(status)
                 if self._read(status, name) != canonical_json(self.values_of(record)) + b"\n":
                     return False  # the copy changed since the caller read it
+                self._forget()
                 os.unlink(name, dir_fd=source)
                 self._unsynced(source)
                 self._note_change(status, -1)
@@ -946,26 +980,31 @@ class FilesStore(Store[R]):
         with self.locked():
             return self._present(self._dir_fd(status), stem_for(key) + SUFFIX)
 
+    def _quarantine_listing(self) -> list[str]:
+        """Every name in the quarantine directory (remembered while the lock is held)."""
+        memo = self._memo
+        remembered = ("", self.layout.quarantine_directory)  # no file is named ""
+        if remembered not in memo:
+            memo[remembered] = os.listdir(self._dir_fd(self.layout.quarantine_directory))
+        names: list[str] = memo[remembered]
+        return names
+
     def _quarantined_names(self, stem: str) -> list[str]:
         prefix = stem + "."
-        with os.scandir(self._dir_fd(self.layout.quarantine_directory)) as entries:
-            return sorted(
-                entry.name
-                for entry in entries
-                if entry.name.startswith(prefix)
-                and entry.name.endswith(SUFFIX)
-                and not entry.name.endswith(ERROR_SUFFIX)
-            )
+        return sorted(
+            name
+            for name in self._quarantine_listing()
+            if name.startswith(prefix) and name.endswith(SUFFIX) and not name.endswith(ERROR_SUFFIX)
+        )
 
     def has_quarantined(self, key: str) -> bool:
         """Whether the quarantine holds any ``<stem>.*.json`` (material or reason) for ``key``."""
         prefix = stem_for(key) + "."
         with self.locked():
-            directory = self._dir_fd(self.layout.quarantine_directory)
-            with os.scandir(directory) as entries:
-                return any(
-                    e.name.startswith(prefix) and e.name.endswith(SUFFIX) for e in entries
-                )
+            return any(
+                name.startswith(prefix) and name.endswith(SUFFIX)
+                for name in self._quarantine_listing()
+            )
 
     def quarantine_material(self, status: str, name: str, reason: str) -> str:
         """Move file ``name`` out of ``status``'s directory into quarantine, with a reason file.
@@ -980,6 +1019,7 @@ class FilesStore(Store[R]):
         tag = secrets.token_hex(6)
         target = f"{stem}.{tag}{SUFFIX}"
         with self.locked():
+            self._forget()
             source = self._dir_fd(status)
             directory = self._dir_fd(self.layout.quarantine_directory)
             self._write(directory, f"{stem}.{tag}{ERROR_SUFFIX}", self._reason_bytes(stem, reason))
