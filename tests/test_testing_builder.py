@@ -139,7 +139,8 @@ def test_require_coverage_option_fails_a_run_that_left_a_row_unexercised(tmp_pat
     relaxed = run_pytest(tmp_path)
     assert relaxed.returncode == 0, relaxed.stdout + relaxed.stderr
     assert "lifecycles transition coverage" in relaxed.stdout
-    unexercised = re.search(r"\[narrow monitor\] rows never exercised: (.*)", relaxed.stdout)
+    unexercised = re.search(r"monitor: rows never exercised by any generated test: (.*)",
+                            relaxed.stdout)
     assert unexercised is not None, relaxed.stdout
     assert "'expire_lease [lease_has_expired, another_failure_allowed]'" in unexercised[1]
 

@@ -1,0 +1,1 @@
+"""A third lifecycle, document review, built only from the public API (docs/extending.md)."""
