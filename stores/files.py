@@ -225,10 +225,11 @@ class _ProcessLock:
     fd: int = -1
     # Files that appeared (+) or left (-) each directory while this process held the lock.
     changes: Counter[str] = attrs.field(factory=Counter)
-    # What this process read or wrote while holding the lock: file bytes (None: absent)
-    # and quarantine listings. Valid only while the lock is held (no one else writes
-    # then); cleared on every change this process makes and when the lock is released.
-    memo: dict[tuple[str, str], Any] = attrs.field(factory=dict)
+    # What this process read or wrote while holding the lock, by (kind, directory, name):
+    # file bytes (None: absent), the record a file holds, the quarantine listing. Valid
+    # only while the lock is held (no one else writes then); cleared on every change
+    # this process makes and when the lock is released.
+    memo: dict[tuple[str, str, str], Any] = attrs.field(factory=dict)
 
 
 _REGISTRY: dict[tuple[int, int], _ProcessLock] = {}
@@ -545,7 +546,7 @@ class FilesStore(Store[R]):
         return fd
 
     @property
-    def _memo(self) -> dict[tuple[str, str], Any]:
+    def _memo(self) -> dict[tuple[str, str, str], Any]:
         handles = self._handles
         if handles is None:
             return {}
@@ -602,7 +603,7 @@ class FilesStore(Store[R]):
         goes, and many records share each directory's fsync)."""
         self._forget()
         placed: list[tuple[int, str, bool]] = []  # (directory, name, fresh): put, not synced
-        written: dict[tuple[str, str], bytes | None] = {}
+        written: dict[tuple[str, str, str], Any] = {}
         appeared: list[str] = []
         moves: list[tuple[str, str]] = []  # (source status, name)
         try:
@@ -619,7 +620,9 @@ class FilesStore(Store[R]):
                     fresh = moving and not self._present(destination, name)
                     put_file(destination, name, data)
                     placed.append((destination, name, fresh))
-                    written[(self._directory_names[status], name)] = data
+                    directory_name = self._directory_names[status]
+                    written[("bytes", directory_name, name)] = data
+                    written[("record", directory_name, name)] = change.record
                     if moving:
                         appeared.append(status)
                 if change.on_disk is not None and change.on_disk != status:
@@ -634,7 +637,7 @@ class FilesStore(Store[R]):
                     _unlink_after(error, name, directory)
             raise
         for source_status, name in moves:
-            written[(self._directory_names[source_status], name)] = None
+            written[("bytes", self._directory_names[source_status], name)] = None
         for status in appeared:
             self._note_change(status, +1)
         for source_status, name in moves:
@@ -681,7 +684,7 @@ class FilesStore(Store[R]):
     def _read(self, directory: str, name: str) -> bytes | None:
         """The bytes of ``name`` in ``directory``, ``None`` if absent; never follows a link."""
         memo = self._memo
-        remembered = (self._directory_names.get(directory, directory), name)
+        remembered = ("bytes", self._directory_names.get(directory, directory), name)
         if remembered in memo:
             found: bytes | None = memo[remembered]
             return found
@@ -804,7 +807,11 @@ class FilesStore(Store[R]):
         """The trusted record in file ``name`` of ``status``'s directory (``None`` if gone)."""
         with self.locked():
             data = self._read(status, name)
-            return None if data is None else self.decode(data, name, status)
+            if data is None:
+                return None
+            record = self.decode(data, name, status)
+            self._memo[("record", self._directory_names.get(status, status), name)] = record
+            return record
 
     def _locate(self, key: str, prefer: str | None = None) -> tuple[R, str] | None:
         """The record under ``key`` and the status directory it is in (staged first).
@@ -931,7 +938,10 @@ class FilesStore(Store[R]):
         status = str(self.lifecycle.status_of(before))
         if (staged is not None and key in staged) or status not in self.layout.search_order:
             return None
-        data = self._read(status, stem_for(key) + SUFFIX)
+        name = stem_for(key) + SUFFIX
+        if self._memo.get(("record", self._directory_names[status], name)) is before:
+            return before, status  # the very record this process last read or wrote there
+        data = self._read(status, name)
         if data is None or data != canonical_json(self.values_of(before)) + b"\n":
             return None
         return before, status
@@ -983,7 +993,7 @@ class FilesStore(Store[R]):
     def _quarantine_listing(self) -> list[str]:
         """Every name in the quarantine directory (remembered while the lock is held)."""
         memo = self._memo
-        remembered = ("", self.layout.quarantine_directory)  # no file is named ""
+        remembered = ("listing", self.layout.quarantine_directory, "")
         if remembered not in memo:
             memo[remembered] = os.listdir(self._dir_fd(self.layout.quarantine_directory))
         names: list[str] = memo[remembered]
