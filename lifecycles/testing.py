@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from lifecycles.stores.base import Store
 
 R = TypeVar("R")
+S = TypeVar("S", bound="Store[Any]")
 
 REQUIRE_COVERAGE_OPTION = "--lifecycles-require-coverage"
 
@@ -64,12 +65,12 @@ def _exploration_of(subject: Exploration[R] | Lifecycle[R, Any]) -> Exploration[
 
 def build_state_machine(
     subject: Exploration[R] | Lifecycle[R, Any],
-    store_factory: Callable[[], Store[R]],
+    store_factory: Callable[[], S],
     *,
     name: str | None = None,
     record_coverage: bool = True,
     max_records: int = 3,
-    teardown: Callable[[Store[R]], None] | None = None,
+    teardown: Callable[[S], None] | None = None,
 ) -> type[RuleBasedStateMachine]:
     """A ``RuleBasedStateMachine`` driving ``subject`` on fresh stores from ``store_factory``.
 
@@ -103,7 +104,7 @@ def build_state_machine(
     class LifecycleMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            self.store: Store[R] = store_factory()
+            self.store: S = store_factory()
             self.model: dict[str, R] = {}
             self.steps: list[str] = []
             self.creates = 0
@@ -182,7 +183,8 @@ def build_state_machine(
                                       ) from error
 
             def store_fire(trigger: str, record: R, inputs: Any) -> R:
-                return machine.store.fire(record, trigger, inputs)
+                fired: R = machine.store.fire(record, trigger, inputs)
+                return fired
 
             try:
                 with lifecycle.observing(coverage), machine.store.transaction():
@@ -222,6 +224,12 @@ def build_state_machine(
     LifecycleMachine.__qualname__ = LifecycleMachine.__name__
     LifecycleMachine.coverage = coverage
     return LifecycleMachine
+
+
+def coverage_of(machine: type[RuleBasedStateMachine]) -> Coverage:
+    """The coverage a class from :func:`build_state_machine` has recorded so far."""
+    coverage: Coverage = getattr(machine, "coverage")  # noqa: B009 - set on the built class
+    return coverage
 
 
 # --- the pytest plugin --------------------------------------------------------------

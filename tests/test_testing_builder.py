@@ -19,7 +19,7 @@ from lifecycles.machines.core import Row
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor_inputs import EXPLORATION
 from lifecycles.stores.memory import MemoryStore
-from lifecycles.testing import StepFailed, build_state_machine
+from lifecycles.testing import StepFailed, build_state_machine, coverage_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFECT_MODULE = ROOT / "examples" / "monitor_defect.py"
@@ -60,7 +60,7 @@ def test_the_generated_test_finds_the_reference_defect_with_a_short_trace() -> N
 def test_the_fixed_monitor_passes_the_same_run() -> None:
     machine = build_state_machine(EXPLORATION, memory_store, record_coverage=False)
     run_state_machine_as_test(machine, settings=FINDING)
-    coverage = machine.coverage
+    coverage = coverage_of(machine)
     assert coverage.unfired_rows == []
     assert coverage.guard_outcomes["lease_is_held"][True] > 0
     assert coverage.guard_outcomes["lease_is_held"][False] > 0
