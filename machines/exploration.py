@@ -260,6 +260,7 @@ class ExplorationResult:
     statuses: set[str] = attrs.field(factory=set)
     coverage: Coverage | None = None
     violation: Violation | None = None
+    records: list[Any] = attrs.field(factory=list)  # one per state, with keep_records
 
     @property
     def states_per_second(self) -> float:
@@ -285,8 +286,12 @@ def _trace(nodes: list[_Node[Any]], index: int) -> tuple[int, tuple[Step, ...]]:
     return initial, tuple(reversed(steps))
 
 
-def explore(exploration: Exploration[R]) -> ExplorationResult:
-    """Breadth-first search of every abstract state within the declared bounds."""
+def explore(exploration: Exploration[R], *, keep_records: bool = False) -> ExplorationResult:
+    """Breadth-first search of every abstract state within the declared bounds.
+
+    With ``keep_records`` the result lists the first concrete record reached in each
+    state (to compare abstractions, say).
+    """
     lifecycle = exploration.lifecycle
     result = ExplorationResult(lifecycle.name)
     coverage = Coverage(lifecycle)
@@ -367,6 +372,8 @@ def explore(exploration: Exploration[R]) -> ExplorationResult:
                     break
     result.states = len(seen)
     result.seconds = time.perf_counter() - started
+    if keep_records:
+        result.records = [node.record for node in nodes]
     return result
 
 

@@ -21,14 +21,16 @@ Bounds (what ``lifecycles check monitor`` explores, completely):
   invalid code, or none (see :func:`reader_error_code`).
 
 Abstraction (two records are one state when these agree): every field as it is,
-except that each absolute time is replaced by its relation (before / at / after /
-none) to the record's clock, ``updated_at``, the time of its last transition; the
-lease owner and token by their presence; and ``poll_attempts`` by
-``min(poll_attempts, max_failures)``, because no guard reads it and the one invariant
-that does (``poll_attempts >= failures``) can no longer fail once it reaches
-``max_failures``. No guard compares two absolute times except against ``now``, and
-every ``now`` the moves use is placed relative to the record's own times, so the
-abstraction loses no behaviour.
+except that the monitor's own times (next poll, lease expiry, creation) are replaced
+by their relation (before / at / after / none) to the record's clock, ``updated_at``,
+the time of its last transition; the receiver's times (reported data that no guard
+reads and invariants only test for presence) by their presence; the lease owner and
+token by their presence; and ``poll_attempts`` by ``min(poll_attempts, max_failures)``,
+because no guard reads it and the one invariant that does (``poll_attempts >=
+failures``) can no longer fail once it reaches ``max_failures``. Guards compare times
+only with ``now``, and every ``now`` the moves use is placed relative to the record's
+own times, so the abstraction loses no behaviour; ``tests/test_checker.py`` checks
+that a search with exact time offsets reaches no abstract state this one misses.
 """
 
 from __future__ import annotations
@@ -89,9 +91,8 @@ def abstraction(r: MonitorRecord) -> Hashable:
         time_relation(r.next_poll_at, clock), r.lease_owner is not None,
         r.lease_token is not None, time_relation(r.lease_expires_at, clock), r.last_error_code,
         r.receiver_status, r.receiver_attempts, r.receiver_max_attempts,
-        time_relation(r.receiver_next_attempt_at, clock),
-        time_relation(r.receiver_lease_expires_at, clock), r.receiver_lease_expired,
-        r.receiver_error_code, time_relation(r.receiver_processed_at, clock),
+        r.receiver_next_attempt_at is not None, r.receiver_lease_expires_at is not None,
+        r.receiver_lease_expired, r.receiver_error_code, r.receiver_processed_at is not None,
         time_relation(r.created_at, clock),
     )
 
@@ -475,8 +476,8 @@ def monitor_exploration(complete: Completer = _complete) -> Exploration[MonitorR
         moves=tuple(moves),
         abstraction=abstraction,
         abstraction_doc=(
-            "times as before/at/after updated_at; lease owner and token by presence; "
-            "poll_attempts capped at max_failures"
+            "monitor times as before/at/after updated_at; receiver times, lease owner "
+            "and token by presence; poll_attempts capped at max_failures"
         ),
         bounds=(
             "max_failures 1..3; 16 receiver responses (6 valid, 8 rejected by parse_answer, 2 that "

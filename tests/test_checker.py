@@ -6,6 +6,7 @@ import io
 import json
 import subprocess
 import sys
+from collections.abc import Hashable
 from pathlib import Path
 
 import attrs
@@ -20,9 +21,10 @@ from lifecycles.checker import (
 )
 from lifecycles.cli import main
 from lifecycles.invariants.core import InvariantViolation
+from lifecycles.invariants.monitor import MonitorRecord
 from lifecycles.machines.exploration import TraceMismatch, explore, replay
 from lifecycles.machines.monitor import MONITOR, RESPONSE_INVALID
-from lifecycles.machines.monitor_inputs import EXPLORATION
+from lifecycles.machines.monitor_inputs import EXPLORATION, abstraction
 from lifecycles.registry import registered
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +59,30 @@ def test_monitor_exploration_reaches_every_row_and_status_without_violation() ->
     assert result.states > 100 and result.edges > result.states
     # The invariant-breaking answers were explored and became response_invalid failures.
     assert result.coverage.guard_outcomes["lease_is_live"][False] > 0
+
+
+def _exact(r: MonitorRecord) -> Hashable:
+    """Every field, times as exact offsets from the clock: a finer abstraction."""
+    def offset(value: float | None) -> float | None:
+        return None if value is None else value - r.updated_at
+
+    values = attrs.asdict(r, recurse=False)
+    for name in ("next_poll_at", "lease_expires_at", "receiver_next_attempt_at",
+                 "receiver_lease_expires_at", "receiver_processed_at", "created_at"):
+        values[name] = offset(values[name])
+    del values["updated_at"]
+    return tuple(values.items())
+
+
+def test_the_monitor_abstraction_loses_no_state_a_finer_search_reaches() -> None:
+    coarse = explore(EXPLORATION, keep_records=True)
+    reached = {abstraction(record) for record in coarse.records}
+    assert len(reached) == coarse.states
+    fine = explore(attrs.evolve(EXPLORATION, abstraction=_exact, max_depth=5),
+                   keep_records=True)
+    assert fine.violation is None and fine.states > coarse.states
+    missed = [record for record in fine.records if abstraction(record) not in reached]
+    assert missed == []
 
 
 def test_defect_put_back_fails_with_the_shortest_trace_and_a_replay_file(tmp_path: Path) -> None:
