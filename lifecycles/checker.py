@@ -243,6 +243,12 @@ class Outcome:
         return not self.failures
 
 
+def _summary(record: Any) -> str:
+    """The record's set fields, on one line."""
+    values = attrs.asdict(record, recurse=False)
+    return ", ".join(f"{name}={value!s}" for name, value in values.items() if value is not None)
+
+
 def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path: Path,
               trace_dir: Path, out: TextIO) -> Outcome:
     lifecycle = target.lifecycle
@@ -301,7 +307,8 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
         violation = result.violation
         outcome.failures.append(f"violation: {violation.message}")
         say(f"  FAIL {violation.message}")
-        say(f"  shortest trace (from initial record {violation.initial}):")
+        say(f"  shortest trace (from initial record {violation.initial}: "
+            f"{_summary(target.exploration.initial()[violation.initial])}):")
         for number, step in enumerate(violation.trace, 1):
             say(f"    {number}. {step.move}: {step.description}")
         if target.spec is not None:
