@@ -145,3 +145,26 @@ def test_python_dash_m_runs_it(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["counts"]["pending"] == 1
+
+
+def test_a_directory_written_by_the_reference_is_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "reference_close_outbox_cli", "/work/shared/seeds/close_outbox.py"
+    )
+    assert spec is not None and spec.loader is not None
+    reference = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = reference
+    spec.loader.exec_module(reference)
+    theirs = reference.CloseOutbox(state_dir=tmp_path)  # no operation yet: no .lock
+    assert not theirs.lock_path.exists()
+    code, out, _ = run(capsys, "outbox", "status", "--state-dir", str(tmp_path), "--json")
+    assert code == 0 and json.loads(out)["counts"] == {
+        "pending": 0, "delivered": 0, "quarantined": 0
+    }
+    theirs.enqueue(reference.CloseRequest("run-1", "tx", "fail", {}, error="boom"))
+    code, out, _ = run(capsys, "outbox", "status", "--state-dir", str(tmp_path), "--json")
+    assert json.loads(out)["oldest_pending"]["run_id"] == "run-1"
