@@ -32,6 +32,7 @@ import attrs
 from lifecycles.machines.checks import DEFINITION_CHECKS
 from lifecycles.machines.core import DefinitionError, Lifecycle
 from lifecycles.machines.exploration import Exploration, ExplorationResult, Violation, explore
+from lifecycles.registry import import_target as registry_import_target
 from lifecycles.registry import registered
 
 AnyLifecycle = Lifecycle[Any, Any]
@@ -51,26 +52,11 @@ class CheckerError(Exception):
 
 
 def import_target(target: str) -> ModuleType:
-    """Import a dotted module name or a ``.py`` path (its package root joins ``sys.path``).
-
-    The root is appended, not prepended, so a source checkout can never shadow the
-    installed ``lifecycles`` package.
-    """
-    if not target.endswith(".py"):
-        if str(Path.cwd()) not in sys.path:
-            sys.path.append(str(Path.cwd()))
-        return importlib.import_module(target)
-    path = Path(target).resolve()
-    if not path.is_file():
-        raise CheckerError(f"no such file: {target}")
-    parts = [path.stem]
-    root = path.parent
-    while (root / "__init__.py").is_file():
-        parts.insert(0, root.name)
-        root = root.parent
-    if str(root) not in sys.path:
-        sys.path.append(str(root))
-    return importlib.import_module(".".join(parts))
+    """Import a module named on the command line (see :func:`registry.import_target`)."""
+    try:
+        return registry_import_target(target)
+    except FileNotFoundError as missing:
+        raise CheckerError(str(missing)) from None
 
 
 def _spec_module(spec: str) -> tuple[str, str]:

@@ -261,17 +261,31 @@ def register(subparsers: Any) -> None:
         "--output", "--dir", dest="output", metavar="DIR", default=None,
         help="the diagrams directory (default: ./diagrams, else the project's diagrams/)",
     )
+    parser.add_argument(
+        "--module", action="append", default=[], metavar="MODULE",
+        help="draw the lifecycles defined in this module (dotted name or path to a .py "
+        "file) instead of the registered ones; needs --output; repeatable",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """The ``diagrams`` command: 0 when written or clean, 1 on drift, 2 on an error."""
-    from lifecycles.registry import registered
+    from lifecycles.registry import import_target, lifecycles_in, registered
 
+    if args.module and args.output is None:
+        # Writing removes pages no lifecycle generates: never aim that at diagrams/ by default.
+        print("lifecycles diagrams: --module needs --output (a directory of its own)")
+        return 2
     try:
         directory = resolve_directory(args.output)
-        generation = generate(registered(), find_graphviz())
-    except (DirectoryNotFound, DiagramError) as error:
+        chosen = registered()
+        if args.module:
+            chosen = {}
+            for target in args.module:
+                chosen.update(lifecycles_in(import_target(target)))
+        generation = generate(chosen, find_graphviz())
+    except (DirectoryNotFound, DiagramError, ImportError, FileNotFoundError) as error:
         print(f"lifecycles diagrams: {error}")
         return 2
     if args.check:

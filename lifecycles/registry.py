@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from lifecycles.machines.core import Lifecycle
@@ -14,3 +18,31 @@ def registered() -> dict[str, Lifecycle[Any, Any]]:
 
     found: list[Lifecycle[Any, Any]] = [MONITOR, OUTBOX]
     return {lifecycle.name: lifecycle for lifecycle in found}
+
+
+def import_target(target: str) -> ModuleType:
+    """Import a dotted module name or a ``.py`` path (its package root joins ``sys.path``).
+
+    The root is appended, not prepended, so a source checkout can never shadow the
+    installed ``lifecycles`` package.
+    """
+    if not target.endswith(".py"):
+        if str(Path.cwd()) not in sys.path:
+            sys.path.append(str(Path.cwd()))
+        return importlib.import_module(target)
+    path = Path(target).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {target}")
+    parts = [path.stem]
+    root = path.parent
+    while (root / "__init__.py").is_file():
+        parts.insert(0, root.name)
+        root = root.parent
+    if str(root) not in sys.path:
+        sys.path.append(str(root))
+    return importlib.import_module(".".join(parts))
+
+
+def lifecycles_in(module: ModuleType) -> dict[str, Lifecycle[Any, Any]]:
+    """Every lifecycle defined at the top level of ``module``, by name."""
+    return {v.name: v for v in vars(module).values() if isinstance(v, Lifecycle)}

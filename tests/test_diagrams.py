@@ -428,3 +428,25 @@ def test_generation_is_byte_identical_across_runs_and_hash_seeds(tmp_path: Path)
         env={**os.environ, "PYTHONHASHSEED": "12345"},
     )
     assert json.loads(other.stdout) == digests
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "review"
+
+
+def test_the_example_lifecycle_gets_its_diagrams_from_the_framework_alone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    module = str(EXAMPLE / "lifecycle.py")
+    code = cli.main(["diagrams", "--check", "--module", module,
+                     "--output", str(EXAMPLE / "diagrams")])
+    assert code == 0, capsys.readouterr().out
+    page_text = (EXAMPLE / "diagrams" / "review.md").read_text()
+    assert "# The `review` lifecycle" in page_text
+
+
+def test_module_without_output_is_refused_so_diagrams_is_never_emptied(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = cli.main(["diagrams", "--module", str(EXAMPLE / "lifecycle.py")])
+    assert code == 2
+    assert "--module needs --output" in capsys.readouterr().out
