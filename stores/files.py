@@ -63,6 +63,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from operator import methodcaller
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -83,6 +84,7 @@ DIRECTORY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TEMPORARY_NAME = re.compile(r"\..+\.[0-9a-f]{16,32}\.tmp")
 QUARANTINED_NAME = re.compile(r"(?P<stem>.+)\.(?P<tag>[0-9a-f]{12})(?P<error>\.error)?\.json")
 MAX_REASON_LENGTH = 1000
+_IS_JSON = methodcaller("endswith", SUFFIX)
 
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -552,9 +554,19 @@ class FilesStore(Store[R]):
             return {}
         return handles.process_lock.memo
 
-    def _forget(self) -> None:
-        """Something is about to change on disk: nothing remembered can be trusted."""
-        self._memo.clear()
+    def _forget(self, *files: tuple[str, str]) -> None:
+        """``(status or directory, name)`` files are about to change: forget what was
+        remembered about them and about their directories' listings (with no files
+        named, forget everything)."""
+        memo = self._memo
+        if not files:
+            memo.clear()
+            return
+        for directory, name in files:
+            directory_name = self._directory_names.get(directory, directory)
+            memo.pop(("bytes", directory_name, name), None)
+            memo.pop(("record", directory_name, name), None)
+            memo.pop(("listing", directory_name, ""), None)
 
     def _note_change(self, status: str, delta: int) -> None:
         handles = self._handles
@@ -601,7 +613,13 @@ class FilesStore(Store[R]):
         """Write every staged record: all files first, then one sync per directory, then
         the unlinks that finish moves (so a destination is durable before its source
         goes, and many records share each directory's fsync)."""
-        self._forget()
+        touched: list[tuple[str, str]] = []
+        for key, change in staged.items():
+            name = stem_for(key) + SUFFIX
+            touched.append((str(self.lifecycle.status_of(change.record)), name))
+            if change.on_disk is not None:
+                touched.append((change.on_disk, name))
+        self._forget(*touched)
         placed: list[tuple[int, str, bool]] = []  # (directory, name, fresh): put, not synced
         written: dict[tuple[str, str, str], Any] = {}
         appeared: list[str] = []
@@ -910,7 +928,7 @@ class FilesStore(Store[R]):
                 source = self._dir_fd(status)
                 if self._read(status, name) != canonical_json(self.values_of(record)) + b"\n":
                     return False  # the copy changed since the caller read it
-                self._forget()
+                self._forget((status, name))
                 os.unlink(name, dir_fd=source)
                 self._unsynced(source)
                 self._note_change(status, -1)
@@ -961,14 +979,13 @@ class FilesStore(Store[R]):
         directory = self._directory_names.get(status, status)
         quarantine = directory == self.layout.quarantine_directory
         dir_fd = self._dir_fd(directory)
-        names: list[str] = []
+        listed = os.listdir(dir_fd)  # names only: no stat, no per-entry objects
+        names = list(filter(_IS_JSON, listed))  # filtered in C: this runs on every replay
         stale: list[str] = []
-        for name in os.listdir(dir_fd):  # names only: no stat, no per-entry objects
-            if name.endswith(SUFFIX):
-                if not (quarantine and name.endswith(ERROR_SUFFIX)):
-                    names.append(name)
-            elif name.startswith(".") and TEMPORARY_NAME.fullmatch(name):
-                stale.append(name)
+        if len(names) != len(listed):
+            stale = [n for n in listed if n.startswith(".") and TEMPORARY_NAME.fullmatch(n)]
+        if quarantine:
+            names = [name for name in names if not name.endswith(ERROR_SUFFIX)]
         if stale and self.create:
             for name in stale:
                 os.unlink(name, dir_fd=dir_fd)
@@ -1029,7 +1046,7 @@ class FilesStore(Store[R]):
         tag = secrets.token_hex(6)
         target = f"{stem}.{tag}{SUFFIX}"
         with self.locked():
-            self._forget()
+            self._forget((status, name), (self.layout.quarantine_directory, target))
             source = self._dir_fd(status)
             directory = self._dir_fd(self.layout.quarantine_directory)
             self._write(directory, f"{stem}.{tag}{ERROR_SUFFIX}", self._reason_bytes(stem, reason))
