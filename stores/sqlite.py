@@ -266,6 +266,9 @@ class SQLiteStore(Store[R]):
         self.schema = schema or SQLiteSchema(lifecycle)
         self._depth = 0
         self._codecs = _codecs_for(lifecycle.record_type)
+        self._decoders = [
+            (name, decode) for name, (_, decode) in self._codecs.items() if decode is not _identity
+        ]
         self._prepare_statements()
         with self.transaction():
             self.schema.ensure(connection)
@@ -332,10 +335,9 @@ class SQLiteStore(Store[R]):
     # -- reads ------------------------------------------------------------------------
 
     def _decode(self, row: Sequence[Any]) -> R:
-        values = {
-            name: self._codecs[name][1](value)
-            for name, value in zip(self.schema.columns, row, strict=True)
-        }
+        values = dict(zip(self.schema.columns, row, strict=True))
+        for name, decode in self._decoders:  # only the fields that are not stored natively
+            values[name] = decode(values[name])
         return self.admit(values)
 
     def _encode(self, record: R, fields: Sequence[str]) -> list[Any]:
@@ -387,7 +389,9 @@ class SQLiteStore(Store[R]):
         return int(count)
 
     def scan(self) -> Iterator[R]:
-        cursor = self.connection.execute(f"{self._select} ORDER BY {self.lifecycle.key_field}")
+        cursor = self.connection.cursor()
+        cursor.row_factory = None  # plain tuples: a caller's sqlite3.Row costs per row here
+        cursor.execute(f"{self._select} ORDER BY {self.lifecycle.key_field}")
         for row in cursor:
             yield self._decode(row)
 
