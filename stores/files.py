@@ -33,7 +33,10 @@ Guarantees (beyond :mod:`lifecycles.stores.base`):
 * **Locking.** Every operation holds an exclusive ``flock`` on ``.lock``: safe across
   processes; within a process a re-entrant guard per lock file (keyed by its inode)
   lets nested use by the same thread proceed, even through a second store object,
-  and serialises threads.
+  and serialises threads. While this process holds the lock nobody else writes, so
+  what it read or wrote is remembered (per lock file, shared by its store objects)
+  until it changes those files or releases the lock: a compare-and-set need not
+  re-read the record it just wrote.
 * **No symlinks followed.** Below the caller's parent directory, every open is
   relative to a directory descriptor with ``O_NOFOLLOW``; directories are opened with
   ``O_DIRECTORY | O_NOFOLLOW``. A planted link at a directory or the lock file makes

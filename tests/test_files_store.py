@@ -520,3 +520,19 @@ def test_a_link_at_the_destination_is_not_the_end_of_a_move(
     os.symlink(target, outbox_store.root / "delivered" / f"{record.entry_id}.json")
     assert not outbox_store.finish_interrupted_move(record, "pending")
     assert (outbox_store.root / "pending" / f"{record.entry_id}.json").exists()
+
+
+def test_what_one_store_object_remembers_follows_another_ones_writes(tmp_path: Path) -> None:
+    first = FilesStore(OUTBOX, tmp_path / "close-outbox", OUTBOX_LAYOUT)
+    second = FilesStore(OUTBOX, tmp_path / "close-outbox", OUTBOX_LAYOUT)
+    record = first.insert(outbox_record(1))
+    with first.locked():
+        assert first.get(record.entry_id) == record  # remembered while the lock is held
+        assert not first.has_quarantined(record.entry_id)
+        attempted = second.fire(record, "attempt", OutboxInputs(T0))
+        assert first.get(record.entry_id) == attempted
+        second.fire(attempted, "quarantine", OutboxInputs(T0, reason="set aside"))
+        assert first.has_quarantined(record.entry_id)
+        assert first.get(record.entry_id).state == "quarantined"
+        with pytest.raises(StaleRecord):
+            first.fire(attempted, "deliver", OutboxInputs(T0))
