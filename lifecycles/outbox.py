@@ -323,9 +323,11 @@ class CloseOutbox:
         Up to ``limit`` pending entries, in entry-id order: untrusted material is
         quarantined with a reason; the attempts of the rest are recorded durably, in one
         batch, before the first ``deliver`` call; then each entry is delivered, or kept
-        pending with a bounded error when ``deliver`` raises an ``Exception``. Any other
-        exception (``KeyboardInterrupt``) propagates, leaving the remaining entries
-        pending with their attempt counted.
+        pending with a bounded error when ``deliver`` raises an ``Exception``, and these
+        outcomes are made durable in a second batch before the call returns. Any other
+        exception (``KeyboardInterrupt``) propagates after the outcomes so far are
+        written, leaving the remaining entries pending with their attempt counted. A
+        crash during the deliveries repeats them on the next replay (at-least-once).
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ValueError("limit must be an integer between 1 and 1000")
@@ -357,18 +359,28 @@ class CloseOutbox:
             attempt = OutboxInputs(_now())
             with self.store.transaction():
                 trying = [self.store.fire(record, "attempt", attempt) for record in ready]
-            for record in trying:
-                attempted += 1
-                try:
-                    deliver(request_of(record))
-                except Exception as exc:
-                    error_text = f"{type(exc).__name__}: close delivery failed"
-                    failure = OutboxInputs(attempt.now, error=error_text)
-                    self.store.fire(record, "fail_delivery", failure)
-                    failed += 1
-                    continue
-                self.store.fire(record, "deliver", attempt)
-                delivered += 1
+            # The outcomes are written as one batch too, after the last deliver call, even
+            # when a deliver call interrupts the loop: a crash before it only repeats
+            # deliveries (at-least-once), and the call returns only once all is durable.
+            outcomes: list[tuple[OutboxRecord, str, OutboxInputs]] = []
+            try:
+                for record in trying:
+                    attempted += 1
+                    try:
+                        deliver(request_of(record))
+                    except Exception as exc:
+                        error_text = f"{type(exc).__name__}: close delivery failed"
+                        outcomes.append(
+                            (record, "fail_delivery", OutboxInputs(attempt.now, error=error_text))
+                        )
+                        failed += 1
+                        continue
+                    outcomes.append((record, "deliver", attempt))
+                    delivered += 1
+            finally:
+                with self.store.transaction():
+                    for record, trigger, inputs in outcomes:
+                        self.store.fire(record, trigger, inputs)
             remaining = total + self.store.changes_seen(pending) - changes_before
             return ReplayReport(
                 attempted=attempted,
