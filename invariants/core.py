@@ -14,6 +14,7 @@ every broken rule and carries the lifecycle's stable public error code.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -40,6 +41,14 @@ class InvariantViolation(Exception):
         self.rules = tuple(rules)
         self.code = code
         super().__init__(f"{code}: {', '.join(self.rules)}")
+
+
+def canonical_json(value: object) -> bytes:
+    """The one canonical JSON of a value, in UTF-8: sorted keys, no spaces, no ASCII
+    escaping, no NaN. Digests, record files and JSON columns are all made of it."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
 
 
 # --- field rules -------------------------------------------------------------

@@ -13,7 +13,6 @@ very same rules, in the reference's order, and raises the reference's messages
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Mapping
 from datetime import datetime
@@ -26,6 +25,7 @@ from lifecycles.invariants.core import (
     FieldRule,
     FieldRuleViolation,
     InvariantSet,
+    canonical_json,
     invariant,
     matches,
     non_negative_integer,
@@ -66,13 +66,6 @@ RECORD_KEYS = frozenset(
 
 
 # --- canonical forms ---------------------------------------------------------
-
-
-def canonical_json(value: Any) -> bytes:
-    """The reference's canonical encoding: sorted keys, no spaces, UTF-8, no NaN."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
 
 
 def entry_id_for(run_id: str, transaction_id: str) -> str:

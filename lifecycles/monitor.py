@@ -16,7 +16,6 @@ blocking every later call with ``state_invalid``.
 from __future__ import annotations
 
 import hashlib
-import json
 import secrets
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
@@ -26,7 +25,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from lifecycles.invariants.core import InvariantViolation, is_time
+from lifecycles.invariants.core import InvariantViolation, canonical_json, is_time
 from lifecycles.invariants.monitor import (
     COLUMNS,
     MonitorRecord,
@@ -262,12 +261,9 @@ def _duration(value: Any, code: str) -> float:
 def canonical_sha256(value: Any) -> str:
     """SHA-256 of the canonical JSON of ``value`` (sorted keys, no spaces, UTF-8)."""
     try:
-        rendered = json.dumps(
-            value, ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
-        )
+        return hashlib.sha256(canonical_json(value)).hexdigest()
     except (TypeError, ValueError, RecursionError):
         raise blocked(CODE + "notification_invalid") from None
-    return hashlib.sha256(rendered.encode("utf-8")).hexdigest()
 
 
 def new_lease_token() -> str:

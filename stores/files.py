@@ -72,7 +72,11 @@ from typing import Any, TypeVar
 
 import attrs
 
-from lifecycles.invariants.core import FieldRuleViolation, InvariantViolation
+from lifecycles.invariants.core import (
+    FieldRuleViolation,
+    InvariantViolation,
+    canonical_json,  # a record file's bytes, + newline
+)
 from lifecycles.machines.core import Lifecycle, Row
 from lifecycles.stores.base import StaleRecord, Store, StoreError
 
@@ -204,13 +208,6 @@ def stem_for(key: str) -> str:
 def _safe_stem(stem: str) -> str:
     """A stem read from a directory, kept only when it could have been written by us."""
     return stem if SAFE_STEM.fullmatch(stem) or HASHED_STEM.fullmatch(stem) else "invalid-name"
-
-
-def canonical_json(value: Any) -> bytes:
-    """Sorted keys, no spaces, UTF-8, no NaN: the bytes a record file holds (plus newline)."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
 
 
 def utc_now() -> str:

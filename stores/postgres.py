@@ -40,10 +40,7 @@ Errors: a server that cannot be reached, or a connection that broke, raises
 
 from __future__ import annotations
 
-import json
-import types
-import typing
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from enum import Enum
 from typing import Any, TypeVar
@@ -59,6 +56,13 @@ from lifecycles.invariants.monitor import MonitorRecord
 from lifecycles.machines.core import Lifecycle, Row
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.stores.base import StaleRecord, Store, StoreError, UniqueViolation
+from lifecycles.stores.codecs import (
+    STRUCTURED,
+    as_is,
+    field_origins,
+    from_json_or_none,
+    json_or_none,
+)
 from lifecycles.stores.sqlite import SchemaMismatch, TransactionNested
 
 R = TypeVar("R")
@@ -102,32 +106,9 @@ def connect(dsn: str, **options: Any) -> Connection:
 # --- how fields cross into PostgreSQL --------------------------------------------
 
 
-def _as_is(value: Any) -> Any:
-    return value
-
-
 def _plain(value: Any) -> Any:
     """Enum members (statuses) are stored as their values, never as their names."""
     return value.value if isinstance(value, Enum) else value
-
-
-def _canonical_json(value: Any) -> Any:
-    # Canonical JSON text, not jsonb: jsonb rewrites numbers (1e308 comes back as an
-    # integer) and so would not return the record that was written.
-    return None if value is None else json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
-
-
-def _from_json(value: Any) -> Any:
-    return None if value is None else json.loads(value)
-
-
-def _union_members(hint: Any) -> tuple[Any, ...]:
-    """The members of ``X | Y`` / ``Optional[X]``; any other hint (``dict[str, Any]``) is one."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return typing.get_args(hint)
-    return (hint,)
 
 
 @attrs.frozen
@@ -137,15 +118,17 @@ class Column:
     name: str
     sql_type: str
     encode: Codec = _plain
-    decode: Codec = _as_is
+    decode: Codec = as_is
 
 
-def _column_for(name: str, hint: Any, integer_type: str) -> Column:
-    """The column a record field gets, from its type hint."""
-    members = [m for m in _union_members(hint) if m is not type(None)]
-    origins = {typing.get_origin(m) or m for m in members}
-    if origins & {dict, list, tuple, Mapping, Sequence}:
-        return Column(name, "text", _canonical_json, _from_json)
+def _column_for(name: str, origins: set[Any], integer_type: str) -> Column:
+    """The column a record field gets, from the base types its hint allows.
+
+    Structured values are canonical JSON text, not jsonb: jsonb rewrites numbers (1e308
+    comes back as an integer) and so would not return the record that was written.
+    """
+    if origins & STRUCTURED:
+        return Column(name, "text", json_or_none, from_json_or_none)
     if origins == {bool}:
         return Column(name, "boolean")
     if origins and origins <= {int}:
@@ -154,7 +137,7 @@ def _column_for(name: str, hint: Any, integer_type: str) -> Column:
         return Column(name, "double precision")
     if origins and all(isinstance(o, type) and issubclass(o, str) for o in origins):
         return Column(name, "text")
-    return Column(name, "text", _canonical_json, _from_json)  # anything else: as JSON
+    return Column(name, "text", json_or_none, from_json_or_none)  # anything else: as JSON
 
 
 # --- schemas ---------------------------------------------------------------------
@@ -177,10 +160,9 @@ class PostgresSchema:
     def __init__(self, lifecycle: Lifecycle[Any, Any], table: str | None = None) -> None:
         self.lifecycle = lifecycle
         self.table = table or f"lifecycle_{lifecycle.name}"
-        hints = typing.get_type_hints(lifecycle.record_type)
         self.columns: tuple[Column, ...] = tuple(
-            _column_for(field.name, hints.get(field.name, Any), self.integer_type)
-            for field in attrs.fields(lifecycle.record_type)
+            _column_for(name, origins, self.integer_type)
+            for name, origins in field_origins(lifecycle.record_type).items()
         )
         self.column_names = tuple(column.name for column in self.columns)
 

@@ -20,11 +20,8 @@ already inside a transaction the store did not open is refused
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import types
-import typing
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -33,6 +30,13 @@ import attrs
 from lifecycles.invariants.monitor import COLUMNS as MONITOR_COLUMNS
 from lifecycles.machines.core import Lifecycle, Row
 from lifecycles.stores.base import StaleRecord, Store, StoreError, UniqueViolation
+from lifecycles.stores.codecs import (
+    STRUCTURED,
+    as_is,
+    field_origins,
+    from_json_or_none,
+    json_or_none,
+)
 
 R = TypeVar("R")
 
@@ -47,45 +51,20 @@ class TransactionNested(StoreError):
     """The caller's connection is already inside a transaction the store did not open."""
 
 
-def _identity(value: Any) -> Any:
-    return value
-
-
-def _json_encode(value: Any) -> Any:
-    return None if value is None else json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
-
-
-def _json_decode(value: Any) -> Any:
-    return None if value is None else json.loads(value)
-
-
 def _bool_decode(value: Any) -> Any:
     return value if value is None else bool(value)
 
 
-def _union_members(hint: Any) -> tuple[Any, ...]:
-    """The members of ``X | Y`` / ``Optional[X]``; any other hint (``dict[str, Any]``) is one."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return typing.get_args(hint)
-    return (hint,)
-
-
 def _codecs_for(record_type: type) -> dict[str, tuple[Encoder, Encoder]]:
     """How each field crosses into SQLite: natively, as 0/1, or as canonical JSON."""
-    hints = typing.get_type_hints(record_type)
     codecs: dict[str, tuple[Encoder, Encoder]] = {}
-    for field in attrs.fields(record_type):
-        hint = hints.get(field.name, Any)
-        members = _union_members(hint)
-        origins = {typing.get_origin(m) or m for m in members}
-        if origins & {dict, list, tuple, Mapping, Sequence}:
-            codecs[field.name] = (_json_encode, _json_decode)
+    for name, origins in field_origins(record_type).items():
+        if origins & STRUCTURED:
+            codecs[name] = (json_or_none, from_json_or_none)
         elif bool in origins:
-            codecs[field.name] = (_identity, _bool_decode)
+            codecs[name] = (as_is, _bool_decode)
         else:
-            codecs[field.name] = (_identity, _identity)
+            codecs[name] = (as_is, as_is)
     return codecs
 
 
@@ -267,7 +246,7 @@ class SQLiteStore(Store[R]):
         self._depth = 0
         self._codecs = _codecs_for(lifecycle.record_type)
         self._decoders = [
-            (name, decode) for name, (_, decode) in self._codecs.items() if decode is not _identity
+            (name, decode) for name, (_, decode) in self._codecs.items() if decode is not as_is
         ]
         self._prepare_statements()
         with self.transaction():
