@@ -150,15 +150,9 @@ def test_python_dash_m_runs_it(tmp_path: Path) -> None:
 def test_a_directory_written_by_the_reference_is_reported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import importlib.util
+    from reference import load_reference
 
-    spec = importlib.util.spec_from_file_location(
-        "reference_close_outbox_cli", "/work/shared/seeds/close_outbox.py"
-    )
-    assert spec is not None and spec.loader is not None
-    reference = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = reference
-    spec.loader.exec_module(reference)
+    reference = load_reference("close_outbox")
     theirs = reference.CloseOutbox(state_dir=tmp_path)  # no operation yet: no .lock
     assert not theirs.lock_path.exists()
     code, out, _ = run(capsys, "outbox", "status", "--state-dir", str(tmp_path), "--json")

@@ -7,36 +7,24 @@ directory written by either is read and continued by the other.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from reference import load_reference
 
 import lifecycles.outbox as ours
 
-REFERENCE_PATH = Path("/work/shared/seeds/close_outbox.py")
 FIXED_NOW = "2026-01-02T03:04:05.000006+00:00"
 
-
-def _load_reference() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("reference_close_outbox", REFERENCE_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve string annotations through it
-    spec.loader.exec_module(module)
-    return module
-
-
-if not REFERENCE_PATH.exists():  # pragma: no cover - the seeds ship with the project
-    pytest.skip(f"reference outbox not found at {REFERENCE_PATH}", allow_module_level=True)
-
-ref = _load_reference()
+try:
+    ref = load_reference("close_outbox")
+except FileNotFoundError as missing:  # pragma: no cover - the seeds lie beside the project
+    pytest.skip(str(missing), allow_module_level=True)
 
 
 @pytest.fixture
