@@ -54,6 +54,14 @@ class StaleRecord(StoreError):
     code = "lifecycles.stale_record"
 
 
+class SchemaMismatch(StoreError):
+    """The database's schema is not the one this store writes; nothing was changed."""
+
+
+class TransactionNested(StoreError):
+    """The caller's connection is already inside a transaction the store did not open."""
+
+
 class UniqueViolation(StoreError):
     """An insert would duplicate a value the schema keeps unique (besides the key)."""
 

@@ -33,7 +33,7 @@ to the degree the server's ``synchronous_commit`` makes it (on by default).
 
 Errors: a server that cannot be reached, or a connection that broke, raises
 :class:`StoreUnavailable` (``...database_unreachable``); a schema that differs raises
-:class:`~lifecycles.stores.sqlite.SchemaMismatch` (``...schema_altered``,
+:class:`~lifecycles.stores.base.SchemaMismatch` (``...schema_altered``,
 ``...legacy_unbound``). Codes carry the schema's prefix, so the monitor's errors read
 ``terminal_processing_monitor.*`` exactly as on SQLite.
 """
@@ -55,7 +55,14 @@ from lifecycles.invariants.monitor import COLUMNS as MONITOR_COLUMNS
 from lifecycles.invariants.monitor import MonitorRecord
 from lifecycles.machines.core import Lifecycle, Row
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.stores.base import StaleRecord, Store, StoreError, UniqueViolation
+from lifecycles.stores.base import (
+    SchemaMismatch,
+    StaleRecord,
+    Store,
+    StoreError,
+    TransactionNested,
+    UniqueViolation,
+)
 from lifecycles.stores.codecs import (
     STRUCTURED,
     as_is,
@@ -63,7 +70,6 @@ from lifecycles.stores.codecs import (
     from_json_or_none,
     json_or_none,
 )
-from lifecycles.stores.sqlite import SchemaMismatch, TransactionNested
 
 R = TypeVar("R")
 

@@ -29,7 +29,13 @@ import attrs
 
 from lifecycles.invariants.monitor import COLUMNS as MONITOR_COLUMNS
 from lifecycles.machines.core import Lifecycle, Row
-from lifecycles.stores.base import StaleRecord, Store, StoreError, UniqueViolation
+from lifecycles.stores.base import (
+    SchemaMismatch,
+    StaleRecord,
+    Store,
+    TransactionNested,
+    UniqueViolation,
+)
 from lifecycles.stores.codecs import (
     STRUCTURED,
     as_is,
@@ -41,14 +47,6 @@ from lifecycles.stores.codecs import (
 R = TypeVar("R")
 
 Encoder = Callable[[Any], Any]
-
-
-class SchemaMismatch(StoreError):
-    """The database's schema is not the one this store writes; nothing was changed."""
-
-
-class TransactionNested(StoreError):
-    """The caller's connection is already inside a transaction the store did not open."""
 
 
 def _bool_decode(value: Any) -> Any:
