@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from lifecycles.diagrams_pictures import statuses_in_flow_order
 from lifecycles.invariants.core import FieldRule, field_rules
+from lifecycles.machines.checks import shortest_paths, statuses_reaching
 from lifecycles.machines.core import Lifecycle, Row
 
 AnyLifecycle = Lifecycle[Any, Any]
@@ -400,27 +400,16 @@ def _conditions_in_words(lifecycle: AnyLifecycle, row: Row) -> str:
 def _shortest_paths(lifecycle: AnyLifecycle) -> dict[str, str]:
     """For each reachable status, the shortest trigger path from creation, in words."""
     start = lifecycle.initial.value
-    paths = {start: f"`{lifecycle.creation}` → `{start}`"}
-    queue = deque([start])
-    while queue:
-        status = queue.popleft()
-        for row in lifecycle.rows:
-            if row.source == status and row.dest not in paths:
-                paths[row.dest] = f"{paths[status]} → `{row.trigger}` → `{row.dest}`"
-                queue.append(row.dest)
-    return paths
+    return {
+        status: " → ".join(
+            [f"`{lifecycle.creation}` → `{start}`", *(f"`{r.trigger}` → `{r.dest}`" for r in path)]
+        )
+        for status, path in shortest_paths(lifecycle).items()
+    }
 
 
 def _statuses_that_reach(lifecycle: AnyLifecycle, target: str) -> list[str]:
-    found: set[str] = set()
-    frontier = [target]
-    while frontier:
-        status = frontier.pop()
-        for row in lifecycle.rows:
-            if row.dest == status and row.source not in found:
-                found.add(row.source)
-                frontier.append(row.source)
-    found.discard(target)
+    found = statuses_reaching(lifecycle, [target]) - {target}
     return [name for name in statuses_in_flow_order(lifecycle) if name in found]
 
 

@@ -8,12 +8,12 @@ own function so its test can break exactly one rule.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from lifecycles.machines.core import DefinitionError
+from lifecycles.machines.core import DefinitionError, Row
 
 if TYPE_CHECKING:
     from lifecycles.machines.core import Lifecycle
@@ -97,17 +97,36 @@ def check_no_exit_from_final(lifecycle: AnyLifecycle) -> None:
         raise DefinitionError("no_exit_from_final", f"rows leave final statuses: {leaving}")
 
 
-def reachable_statuses(lifecycle: AnyLifecycle) -> set[str]:
-    """Statuses reachable from the initial status through the table's rows."""
-    seen = {lifecycle.initial.value}
-    queue = deque(seen)
+def shortest_paths(lifecycle: AnyLifecycle) -> dict[str, tuple[Row, ...]]:
+    """For each status reachable from the initial one, the shortest run of rows to it."""
+    paths: dict[str, tuple[Row, ...]] = {lifecycle.initial.value: ()}
+    queue = deque(paths)
     while queue:
         status = queue.popleft()
         for row in lifecycle.rows:
-            if row.source == status and row.dest not in seen:
-                seen.add(row.dest)
+            if row.source == status and row.dest not in paths:
+                paths[row.dest] = (*paths[status], row)
                 queue.append(row.dest)
-    return seen
+    return paths
+
+
+def reachable_statuses(lifecycle: AnyLifecycle) -> set[str]:
+    """Statuses reachable from the initial status through the table's rows."""
+    return set(shortest_paths(lifecycle))
+
+
+def statuses_reaching(lifecycle: AnyLifecycle, targets: Iterable[str]) -> set[str]:
+    """Statuses from which some row sequence leads to one of ``targets`` (targets excluded
+    unless they reach each other)."""
+    found: set[str] = set()
+    frontier = list(targets)
+    while frontier:
+        status = frontier.pop()
+        for row in lifecycle.rows:
+            if row.dest == status and row.source not in found:
+                found.add(row.source)
+                frontier.append(row.source)
+    return found
 
 
 def check_every_status_reachable(lifecycle: AnyLifecycle) -> None:
@@ -122,14 +141,7 @@ def check_no_trap_status(lifecycle: AnyLifecycle) -> None:
     final = {status.value for status in lifecycle.final}
     if not final:
         raise DefinitionError("no_trap_status", "no final status is declared")
-    can_finish = set(final)
-    changed = True
-    while changed:
-        changed = False
-        for row in lifecycle.rows:
-            if row.dest in can_finish and row.source not in can_finish:
-                can_finish.add(row.source)
-                changed = True
+    can_finish = final | statuses_reaching(lifecycle, final)
     traps = sorted(_declared(lifecycle) - can_finish)
     if traps:
         raise DefinitionError("no_trap_status", f"statuses that can never finish: {traps}")
