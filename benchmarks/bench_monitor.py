@@ -10,6 +10,7 @@ the ratios, which are measured side by side, rather than the absolute rates.
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import statistics
 import sys
@@ -20,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+# The figures compare with the reference components: by default those beside the clone.
+os.environ.setdefault(
+    "LIFECYCLES_SEEDS", str(Path(__file__).resolve().parents[2] / "shared" / "seeds")
+)
 
 from monitor_support import CAPABILITIES, answer, notification
 from reference import load_reference

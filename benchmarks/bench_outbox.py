@@ -45,6 +45,10 @@ if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+# The figures compare with the reference components: by default those beside the clone.
+os.environ.setdefault(
+    "LIFECYCLES_SEEDS", str(Path(__file__).resolve().parents[2] / "shared" / "seeds")
+)
 
 from outbox_support import entry_id_of
 from reference import load_reference

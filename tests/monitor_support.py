@@ -90,13 +90,9 @@ def table_dump(connection: sqlite3.Connection) -> list[tuple[Any, ...]]:
 
 def reference_monitor() -> Any:
     """The reference monitor module (skips the calling test when the seeds are absent)."""
-    import pytest
-    from reference import load_reference
+    from reference import require_reference
 
-    try:
-        return load_reference("terminal_processing_monitor")
-    except FileNotFoundError as missing:
-        pytest.skip(str(missing))
+    return require_reference("terminal_processing_monitor")
 
 
 def plain_row(record: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ signatures) and then read the directory it leaves behind, whose layout and recor
 format are part of the drop-in contract. So the same tests can run against
 `lifecycles.outbox` (the default) or, by hand, against any module with that API:
 
-    LIFECYCLES_OUTBOX_IMPL=/work/shared/seeds/close_outbox.py pytest tests/test_outbox_*.py
+    LIFECYCLES_OUTBOX_IMPL=../shared/seeds/close_outbox.py pytest tests/test_outbox_*.py
 
 Where the reference fails such a run it is weaker than what the tests require (it follows
 symbolic links, for one); the tests are written for that difference.

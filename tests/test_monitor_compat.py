@@ -1,7 +1,7 @@
 """lifecycles' monitor against the reference: the same answers to the same calls, and one
 database file continued by either implementation.
 
-The reference is imported from ../shared/seeds (never copied). Answers that trigger the
+The reference is imported from $LIFECYCLES_SEEDS (never copied). Answers that trigger the
 reference's known defect are left to test_monitor_facade.py, where the fix is asserted.
 """
 
@@ -18,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from monitor_support import CAPABILITIES, ReaderError, answer, notification
-from reference import load_reference
+from reference import require_reference
 
 import lifecycles.monitor as lifecycles_monitor
 
-reference = load_reference("terminal_processing_monitor")
+reference = require_reference("terminal_processing_monitor")
 IMPLEMENTATIONS = {"reference": reference, "lifecycles": lifecycles_monitor}
 
 ANSWER_KINDS = ("succeeded", "failed", "pending", "leased", "retry_wait")

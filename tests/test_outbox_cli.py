@@ -150,9 +150,9 @@ def test_python_dash_m_runs_it(tmp_path: Path) -> None:
 def test_a_directory_written_by_the_reference_is_reported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from reference import load_reference
+    from reference import require_reference
 
-    reference = load_reference("close_outbox")
+    reference = require_reference("close_outbox")
     theirs = reference.CloseOutbox(state_dir=tmp_path)  # no operation yet: no .lock
     assert not theirs.lock_path.exists()
     code, out, _ = run(capsys, "outbox", "status", "--state-dir", str(tmp_path), "--json")

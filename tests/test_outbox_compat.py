@@ -15,16 +15,13 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from reference import load_reference
+from reference import require_reference
 
 import lifecycles.outbox as ours
 
 FIXED_NOW = "2026-01-02T03:04:05.000006+00:00"
 
-try:
-    ref = load_reference("close_outbox")
-except FileNotFoundError as missing:  # pragma: no cover - the seeds lie beside the project
-    pytest.skip(str(missing), allow_module_level=True)
+ref = require_reference("close_outbox")
 
 
 @pytest.fixture
