@@ -37,9 +37,11 @@ class FieldRuleViolation(ValueError):
 class InvariantViolation(Exception):
     """A record breaks one or more named rules; ``code`` is the stable public code."""
 
-    def __init__(self, code: str, rules: Iterable[str]) -> None:
+    def __init__(self, code: str, rules: Iterable[str], keys: Iterable[str] = ()) -> None:
         self.rules = tuple(rules)
         self.code = code
+        self.keys = tuple(keys)
+        """The keys of the stored records found broken, when a store read them."""
         super().__init__(f"{code}: {', '.join(self.rules)}")
 
 

@@ -2,14 +2,24 @@
 
 Each module in ``COMMAND_MODULES`` exposes ``register(subparsers)``, which adds its
 parser and sets ``handler`` to a function ``(args) -> exit code``.
+
+Every error is one line on stderr saying what is wrong and what to do (with ``--json``
+also ``{"error": CODE, "message": ...}`` on stdout), never a traceback: a handler raises
+:class:`CommandError` with its exit code; a usage error exits 2; anything unexpected
+exits 70 (``LIFECYCLES_TRACEBACK=1`` prints the traceback too).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import os
 import sys
+import traceback
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import NoReturn
 
 COMMAND_MODULES: tuple[str, ...] = (
     "lifecycles.cli_monitor",
@@ -18,12 +28,57 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lifecycles.cli_outbox",
 )
 
+EXIT_USAGE = 2
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in lifecycles, not in the caller's input
+TRACEBACK_VARIABLE = "LIFECYCLES_TRACEBACK"
+
+
+class CommandError(Exception):
+    """A command cannot answer: its exit code, a stable error code and a one-line message."""
+
+    def __init__(self, exit_code: int, error: str, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.error = error
+        self.message = message
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (and JSON under ``--json``)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CommandError(
+            EXIT_USAGE, "usage", f"{self.prog}: {message} (see `{self.prog} --help`)"
+        )
+
+
+def exit_code_table(rows: Sequence[tuple[int, str]]) -> str:
+    """The exit codes of a command, for its ``--help``."""
+    return "exit codes:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in rows)
+
+
+def report(error: CommandError, as_json: bool) -> int:
+    """Print ``error`` as one line (and as JSON on stdout for scripts); its exit code."""
+    if as_json:
+        print(json.dumps({"error": error.error, "message": error.message}))
+    print(f"lifecycles: {error.message}", file=sys.stderr)
+    return error.exit_code
+
+
+def installed_version() -> str:
+    try:
+        return version("lifecycles")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="lifecycles",
         description="Explicit, durable state machines: check, draw and operate lifecycles.",
+        epilog=f"Set {TRACEBACK_VARIABLE}=1 to see the traceback of an unexpected error.",
     )
+    parser.add_argument("--version", action="version", version=f"lifecycles {installed_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
@@ -31,10 +86,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    code: int = args.handler(args)
-    return code
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in arguments
+    try:
+        args = build_parser().parse_args(arguments)
+        code: int = args.handler(args)
+        return code
+    except CommandError as error:
+        return report(error, as_json)
+    except KeyboardInterrupt:
+        print("lifecycles: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # the promise: no traceback unless asked for
+        if os.environ.get(TRACEBACK_VARIABLE):
+            traceback.print_exc()
+        summary = f"{type(error).__name__}: {error}".splitlines()[0]
+        return report(
+            CommandError(
+                EXIT_INTERNAL,
+                "internal_error",
+                f"unexpected error ({summary}); this is a bug in lifecycles: please report "
+                f"it with the output of the same command run with {TRACEBACK_VARIABLE}=1",
+            ),
+            as_json,
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,14 +1,13 @@
-"""`lifecycles monitor health|status`: the facade's answers for operators and scripts.
+"""`lifecycles monitor health|status`: the monitor's answers for operators and scripts.
 
-Exit codes, stable for monitoring scripts:
+The database is a SQLite file (``--db FILE``) or a PostgreSQL database (``--dsn DSN``).
+``--capabilities`` is the SHA-256 your workers pass as ``expected_capabilities_sha256``;
+the database records the one it is bound to in
+``cms_source_terminal_processing_meta.expected_capabilities_sha256``, e.g.
+``sqlite3 FILE 'SELECT expected_capabilities_sha256 FROM cms_source_terminal_processing_meta'``.
 
-* 0: answered, and (for ``health``) the monitor is ``ok``;
-* 1: ``health`` answered ``blocked`` (expired leases or failed items);
-* 2: usage error (argparse);
-* 3: the monitor refused: the error code is printed (``missing``, ``state_invalid``,
-  ``schema_altered``...);
-* 4: the database file does not exist or holds no monitor schema. Nothing is
-  created: an ops command never initialises a database.
+Nothing is ever created: an ops command opens an existing database only. Errors are one
+line on stderr; with ``--json`` also ``{"error": CODE, "message": ...}`` on stdout.
 """
 
 from __future__ import annotations
@@ -16,16 +15,65 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sqlite3
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from lifecycles.monitor import DurableTerminalProcessingMonitor, TerminalProcessingMonitorBlocked
+from lifecycles.cli import CommandError, Parser, exit_code_table
+from lifecycles.machines.monitor import CODE
+from lifecycles.monitor import (
+    DurableTerminalProcessingMonitor,
+    InputInvalid,
+    StateInvalid,
+    TerminalProcessingMonitorBlocked,
+)
 
-EXIT_OK, EXIT_BLOCKED, EXIT_REFUSED, EXIT_NO_DATABASE = 0, 1, 3, 4
 MONITOR_TABLE = "cms_source_terminal_processing"
+META_TABLE = "cms_source_terminal_processing_meta"
+
+EXIT_OK = 0
+EXIT_BLOCKED = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_NO_DATABASE = 4
+EXIT_UNREADABLE = 5
+EXIT_NOT_A_DATABASE = 6
+EXIT_LOCKED = 7
+EXIT_CAPABILITIES_DIFFER = 8
+EXIT_UNREACHABLE = 9
+
+EXIT_CODES = (
+    (EXIT_OK, "answered (health: status ok)"),
+    (EXIT_BLOCKED, "health answered `blocked`: expired leases or failed items"),
+    (EXIT_USAGE, "usage error: a missing or malformed argument (error `usage`, "
+                 "`capabilities_invalid`, `time_invalid`, `event_invalid`, `dsn_invalid`)"),
+    (EXIT_REFUSED, "the monitor refused; the code is printed (`missing`, `state_invalid` with "
+                   "the event ids and broken rules, `schema_altered`, `legacy_unbound`, "
+                   "`database_integrity`)"),
+    (EXIT_NO_DATABASE, "no database at the path, or it holds no monitor schema "
+                       "(`no_database`, `no_monitor_schema`)"),
+    (EXIT_UNREADABLE, "the file cannot be opened: not a regular file, or no permission "
+                      "(`unreadable`)"),
+    (EXIT_NOT_A_DATABASE, "the file is not a SQLite database, or it is corrupt "
+                          "(`not_a_database`)"),
+    (EXIT_LOCKED, "another connection holds the database locked past --timeout "
+                  "(`database_locked`)"),
+    (EXIT_CAPABILITIES_DIFFER, "the database is bound to other capabilities than "
+                               "--capabilities (`capabilities_differ`; both prefixes printed)"),
+    (EXIT_UNREACHABLE, "the PostgreSQL server cannot be reached (`database_unreachable`)"),
+    (70, "an unexpected error: a bug in lifecycles (`internal_error`)"),
+)
+
+# Codes the monitor raises for the caller's own input: a usage error, not a refusal.
+_USAGE_HINTS = {
+    CODE + "time_invalid": "--now must be a finite, non-negative number of UNIX seconds",
+    CODE + "event_invalid": "EVENT_ID must be an event id as registered (1-256 characters "
+                            "of letters, digits, '.', '_', ':', '-')",
+    CODE + "capabilities_invalid": "--capabilities must be 64 lowercase hex digits",
+}
+_USAGE_CODES = set(_USAGE_HINTS)
 
 
 def register(subparsers: Any) -> None:
@@ -33,61 +81,242 @@ def register(subparsers: Any) -> None:
         "monitor",
         help="inspect a terminal-processing monitor database",
         description=__doc__,
+        epilog=exit_code_table(EXIT_CODES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="monitor_command", required=True, metavar="COMMAND")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", required=True, type=Path, help="the monitor's SQLite file")
+    common = Parser(add_help=False)
+    where = common.add_mutually_exclusive_group(required=True)
+    where.add_argument("--db", type=Path, metavar="FILE", help="the monitor's SQLite file")
+    where.add_argument("--dsn", metavar="DSN",
+                       help="a PostgreSQL connection string (needs lifecycles[postgres])")
     common.add_argument(
-        "--capabilities", required=True, metavar="SHA", help="expected capabilities SHA-256"
+        "--capabilities", required=True, metavar="SHA",
+        help="the capabilities SHA-256 the workers pass (64 lowercase hex digits); the "
+             f"database holds its binding in {META_TABLE}.expected_capabilities_sha256",
     )
-    common.add_argument(
-        "--now", type=float, default=None, help="the time to answer for (default: the clock)"
-    )
+    common.add_argument("--now", type=float, default=None, metavar="SECONDS",
+                        help="the time to answer for, in UNIX seconds (default: the clock)")
+    common.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                        help="how long to wait for a locked SQLite database or to reach the "
+                             "PostgreSQL server (default 5)")
     common.add_argument("--json", action="store_true", help="print JSON for machines")
-    health = commands.add_parser("health", parents=[common], help="counts, due and expired leases")
-    health.set_defaults(handler=_health)
-    status = commands.add_parser("status", parents=[common], help="one item's status")
-    status.add_argument("event_id", metavar="EVENT_ID")
-    status.set_defaults(handler=_status)
+    for name, handler, summary in (
+        ("health", _health, "counts, due items, expired leases; exit 1 when blocked"),
+        ("status", _status, "one item's status"),
+    ):
+        command = commands.add_parser(
+            name, parents=[common], help=summary, description=f"{summary}.\n\n{__doc__}",
+            epilog=exit_code_table(EXIT_CODES),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        if name == "status":
+            command.add_argument("event_id", metavar="EVENT_ID")
+        command.set_defaults(handler=handler)
 
 
-def _open(args: argparse.Namespace) -> DurableTerminalProcessingMonitor | int:
-    path: Path = args.db
+# --- opening the database without creating anything ----------------------------
+
+
+def _fail(exit_code: int, error: str, message: str) -> CommandError:
+    return CommandError(exit_code, error, message)
+
+
+def _check_capabilities(value: str) -> None:
+    if not (len(value) == 64 and all(c in "0123456789abcdef" for c in value)):
+        raise _fail(
+            EXIT_USAGE, "capabilities_invalid",
+            "--capabilities must be a SHA-256 in 64 lowercase hex digits: the value the "
+            "workers pass as expected_capabilities_sha256",
+        )
+
+
+def _sqlite_error(error: sqlite3.Error, where: str) -> CommandError:
+    text = str(error)
+    if "locked" in text or "busy" in text:
+        return _fail(EXIT_LOCKED, "database_locked",
+                     f"{where} is locked by another connection; retry, or raise --timeout")
+    if isinstance(error, sqlite3.OperationalError) and "unable to open" in text:
+        return _fail(EXIT_UNREADABLE, "unreadable",
+                     f"cannot open {where} ({text}); check the path and its permissions")
+    if isinstance(error, sqlite3.DatabaseError):
+        return _fail(EXIT_NOT_A_DATABASE, "not_a_database",
+                     f"{where} is not a usable SQLite database ({text}); check the path")
+    return _fail(EXIT_REFUSED, "database_error", f"{where}: {text}")
+
+
+def _open_sqlite(path: Path, timeout: float) -> sqlite3.Connection:
+    if not path.exists():
+        raise _fail(EXIT_NO_DATABASE, "no_database",
+                    f"no database at {path}; an ops command never creates one: check --db")
     if not path.is_file():
-        print(f"lifecycles: no database at {path}", file=sys.stderr)
-        return EXIT_NO_DATABASE
-    connection = sqlite3.connect(f"file:{path}?mode=rw", uri=True)
-    known = connection.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (MONITOR_TABLE,)
-    ).fetchone()
-    if known is None:
-        print(f"lifecycles: {path} holds no monitor schema", file=sys.stderr)
-        return EXIT_NO_DATABASE
-    return DurableTerminalProcessingMonitor(connection, args.capabilities)
-
-
-def _answer(args: argparse.Namespace, ask: Any) -> tuple[Any, int] | int:
+        raise _fail(EXIT_UNREADABLE, "unreadable",
+                    f"{path} is not a regular file; --db names the monitor's SQLite file")
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise _fail(EXIT_UNREADABLE, "unreadable",
+                    f"no permission to open {path} for reading and writing; run as its owner")
     try:
-        monitor = _open(args)
-        if isinstance(monitor, int):
-            return monitor
-        now = time.time() if args.now is None else args.now
-        return ask(monitor, now), EXIT_OK
+        # mode=rw: never create the file; a URI built from the absolute path quotes '?', '#'.
+        connection = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode=rw", uri=True, timeout=timeout
+        )
+        connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as error:
+        raise _sqlite_error(error, str(path)) from None
+    return connection
+
+
+def _open_postgres(dsn: str, timeout: float) -> Any:
+    try:
+        import psycopg
+
+        from lifecycles.stores.base import StoreError
+        from lifecycles.stores.postgres import connect
+    except ImportError:
+        raise _fail(EXIT_USAGE, "postgres_unavailable",
+                    "--dsn needs the PostgreSQL extra: pip install 'lifecycles[postgres]'"
+                    ) from None
+    try:
+        return connect(dsn, connect_timeout=max(1, round(timeout)),
+                       application_name="lifecycles-cli")
+    except psycopg.ProgrammingError as error:  # a malformed connection string
+        raise _fail(EXIT_USAGE, "dsn_invalid",
+                    f"--dsn is not a valid connection string ({_first_line(error)})") from None
+    except StoreError as error:
+        raise _fail(EXIT_UNREACHABLE, "database_unreachable",
+                    f"{_first_line(error)}; check --dsn and that the server runs") from None
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _query(connection: Any, sql: str) -> list[tuple[Any, ...]]:
+    cursor = connection.cursor()
+    try:
+        cursor.execute(sql)
+        return [tuple(row) for row in cursor.fetchall()]
+    finally:
+        cursor.close()
+
+
+def _table_exists(connection: Any, table: str) -> bool:
+    if isinstance(connection, sqlite3.Connection):
+        sql = f"SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '{table}'"
+    else:
+        sql = f"SELECT 1 WHERE to_regclass('{table}') IS NOT NULL"
+    return bool(_query(connection, sql))
+
+
+def _bound_capabilities(connection: Any) -> str | None:
+    """The capabilities the database is bound to, or None when the meta row does not
+    say (a version-1 database, or an altered one: the monitor then refuses by code)."""
+    if not _table_exists(connection, META_TABLE):
+        return None
+    try:
+        rows = _query(connection, f"SELECT expected_capabilities_sha256 FROM {META_TABLE}")
+    except Exception:  # no such column: not ours to judge here, the monitor will refuse
+        if not isinstance(connection, sqlite3.Connection):
+            connection.rollback()
+        return None
+    values = {row[0] for row in rows}
+    return values.pop() if len(values) == 1 and isinstance(next(iter(values), None), str) else None
+
+
+def _open(args: argparse.Namespace) -> DurableTerminalProcessingMonitor:
+    _check_capabilities(args.capabilities)
+    where = str(args.db) if args.db is not None else "the PostgreSQL database"
+    connection = (
+        _open_sqlite(args.db, args.timeout) if args.db is not None
+        else _open_postgres(args.dsn, args.timeout)
+    )
+    try:
+        if not _table_exists(connection, MONITOR_TABLE):
+            raise _fail(EXIT_NO_DATABASE, "no_monitor_schema",
+                        f"{where} holds no monitor schema ({MONITOR_TABLE}); check the path or "
+                        "DSN (an ops command never creates one)")
+        bound = _bound_capabilities(connection)
+        if bound is not None and bound != args.capabilities:
+            raise _fail(
+                EXIT_CAPABILITIES_DIFFER, "capabilities_differ",
+                f"{where} is bound to capabilities {bound[:12]}..., not the given "
+                f"{args.capabilities[:12]}...; pass the SHA-256 your workers use "
+                f"(stored in {META_TABLE}.expected_capabilities_sha256)",
+            )
+        return DurableTerminalProcessingMonitor(connection, args.capabilities)
     except TerminalProcessingMonitorBlocked as error:
-        if args.json:
-            print(json.dumps({"error": error.code}))
-        print(f"lifecycles: refused: {error.code}", file=sys.stderr)
-        return EXIT_REFUSED
+        raise _refused(error, args) from None
+    except Exception as error:
+        raise _database_error(error, where) from None
+
+
+def _inspect_hint(args: argparse.Namespace, event_id: str) -> str:
+    query = f"SELECT * FROM {MONITOR_TABLE} WHERE event_id = '{event_id}'"
+    if args.db is not None:
+        return f'sqlite3 {args.db} "{query}"'
+    return f'psql "$DSN" -c "{query}"'
+
+
+def _refused(error: TerminalProcessingMonitorBlocked, args: argparse.Namespace) -> CommandError:
+    code = error.code
+    if code in _USAGE_CODES or (isinstance(error, InputInvalid) and code != CODE + "missing"):
+        what = _USAGE_HINTS.get(code, "check the arguments")
+        return _fail(EXIT_USAGE, code, f"refused: {code}: {what}")
+    if code == CODE + "database_unreachable":
+        return _fail(EXIT_UNREACHABLE, code, f"refused: {code}: the database cannot be reached")
+    if isinstance(error, StateInvalid):
+        ids = ", ".join(error.event_ids) or "(not known)"
+        hint = (f"; inspect it with: {_inspect_hint(args, error.event_ids[0])}"
+                if error.event_ids else "")
+        return _fail(
+            EXIT_REFUSED, code,
+            f"refused: {code}: stored record(s) {ids} break the rules "
+            f"{', '.join(error.rules) or '(not named)'}{hint}",
+        )
+    if code == CODE + "missing":
+        return _fail(EXIT_REFUSED, code, f"refused: {code}: no item with event id "
+                                         f"{getattr(args, 'event_id', '?')!r}")
+    if code in (CODE + "schema_altered", CODE + "legacy_unbound"):
+        return _fail(EXIT_REFUSED, code,
+                     f"refused: {code}: the database's schema or meta row is not the one the "
+                     "monitor wrote; do not use it until it is restored")
+    return _fail(EXIT_REFUSED, code, f"refused: {code}")
+
+
+def _answer(args: argparse.Namespace, ask: Any) -> Any:
+    monitor = _open(args)
+    now = time.time() if args.now is None else args.now
+    try:
+        return ask(monitor, now)
+    except TerminalProcessingMonitorBlocked as error:
+        raise _refused(error, args) from None
+    except Exception as error:
+        raise _database_error(error, str(args.db or "the PostgreSQL database")) from None
+    finally:
+        monitor.connection.close()
+
+
+def _database_error(error: Exception, where: str) -> Exception:
+    """A driver's error as the command's error; anything else is left to the caller."""
+    if isinstance(error, CommandError):
+        return error
+    if isinstance(error, sqlite3.Error):
+        return _sqlite_error(error, where)
+    if type(error).__module__.startswith("psycopg"):
+        if type(error).__name__ == "OperationalError":
+            return _fail(EXIT_UNREACHABLE, "database_unreachable",
+                         f"{where}: {_first_line(error)}; check --dsn and the server")
+        return _fail(EXIT_REFUSED, "database_error", f"{where}: {_first_line(error)}")
+    return error
+
+
+# --- the commands ------------------------------------------------------------------
 
 
 def _health(args: argparse.Namespace) -> int:
-    answered = _answer(args, lambda monitor, now: monitor.health(now=now))
-    if isinstance(answered, int):
-        return answered
-    health, _ = answered
+    health = _answer(args, lambda monitor, now: monitor.health(now=now))
     if args.json:
-        print(json.dumps(dataclasses.asdict(health), sort_keys=False))
+        print(json.dumps(dataclasses.asdict(health)))
     else:
         print(f"status: {health.status}")
         for status, count in health.counts.items():
@@ -99,10 +328,7 @@ def _health(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    answered = _answer(args, lambda monitor, now: monitor.status(args.event_id, now=now))
-    if isinstance(answered, int):
-        return answered
-    status, code = answered
+    status = _answer(args, lambda monitor, now: monitor.status(args.event_id, now=now))
     fields = dataclasses.asdict(status)
     if args.json:
         print(json.dumps(fields))
@@ -110,4 +336,4 @@ def _status(args: argparse.Namespace) -> int:
         width = max(len(name) for name in fields)
         for name, value in fields.items():
             print(f"{name:<{width}}  {'-' if value is None else value}")
-    return code
+    return EXIT_OK

@@ -104,11 +104,13 @@ class InputInvalid(
 
 
 class StateInvalid(TerminalProcessingMonitorBlocked, codes=frozenset({"state_invalid"})):
-    """A stored record breaks a named rule; ``rules`` names them."""
+    """A stored record breaks a named rule; ``rules`` names them, ``event_ids`` the
+    stored records found broken (empty when the record was not yet stored)."""
 
-    def __init__(self, code: str, rules: tuple[str, ...] = ()):
+    def __init__(self, code: str, rules: tuple[str, ...] = (), event_ids: tuple[str, ...] = ()):
         super().__init__(code)
         self.rules = rules
+        self.event_ids = event_ids
 
 
 class LeaseLost(
@@ -128,11 +130,13 @@ class StorageBlocked(
     """The database cannot be used as it is; nothing was changed."""
 
 
-def blocked(code: str, rules: tuple[str, ...] = ()) -> TerminalProcessingMonitorBlocked:
+def blocked(
+    code: str, rules: tuple[str, ...] = (), event_ids: tuple[str, ...] = ()
+) -> TerminalProcessingMonitorBlocked:
     """The error for ``code``, as an instance of its family."""
     family = TerminalProcessingMonitorBlocked._by_code.get(code, TerminalProcessingMonitorBlocked)
     if family is StateInvalid:
-        return StateInvalid(code, rules)
+        return StateInvalid(code, rules, event_ids)
     return family(code)
 
 
@@ -142,7 +146,7 @@ def _public_errors() -> Iterator[None]:
     try:
         yield
     except InvariantViolation as error:
-        raise blocked(error.code, error.rules) from error
+        raise blocked(error.code, error.rules, error.keys) from error
     except StaleRecord as error:
         raise blocked(CODE + "claim_lost") from error
     except (TransitionRefused, StoreError) as error:

@@ -35,7 +35,7 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
-from lifecycles.invariants.core import build_record
+from lifecycles.invariants.core import InvariantViolation, build_record
 from lifecycles.machines.core import Lifecycle, LifecycleError, Row, TransitionRefused
 
 R = TypeVar("R")
@@ -139,9 +139,19 @@ class Store(ABC, Generic[R]):
     # -- written once on the primitives -------------------------------------------
 
     def admit(self, values: Mapping[str, Any]) -> R:
-        """Turn stored values into a record: field rules, then every invariant."""
-        record = build_record(self.lifecycle.record_type, values, self.lifecycle.invariants.code)
-        return self.lifecycle.check(record)
+        """Turn stored values into a record: field rules, then every invariant.
+
+        A violation names the stored record's key, so an operator can find the row.
+        """
+        try:
+            record = build_record(
+                self.lifecycle.record_type, values, self.lifecycle.invariants.code
+            )
+            return self.lifecycle.check(record)
+        except InvariantViolation as error:
+            if not error.keys:
+                error.keys = (str(values.get(self.lifecycle.key_field)),)
+            raise
 
     def fire(self, record: R, trigger: str, inputs: Any) -> R:
         """Fire ``trigger`` on ``record`` (already read in this transaction) and write it."""
