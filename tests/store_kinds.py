@@ -4,7 +4,10 @@ A :class:`StoreKind` opens a fresh, empty store for any lifecycle in a place of 
 own (a temporary directory, a throw-away PostgreSQL schema), can damage one stored
 record behind the store's back (to test validation on read), and cleans up.
 Which kinds exist is decided at import time: a store module that is not there yet,
-or PostgreSQL without ``LIFECYCLES_TEST_POSTGRES_DSN``, is listed with the reason.
+or PostgreSQL without ``LIFECYCLES_TEST_POSTGRES_DSN``, is listed with the reason
+(``missing``). Suites leave the PostgreSQL kinds out rather than skipping each of their
+tests, and skip once through ``postgres_support.require_postgres`` instead, so the
+reason is reported once (see tests/postgres_support.py).
 """
 
 from __future__ import annotations
@@ -18,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from postgres_support import DSN, SKIP_REASON, connect_in, create_schema, drop_schema
+from postgres_support import (
+    DSN,
+    SKIP_REASON,
+    connect_in,
+    create_schema,
+    drop_schema,
+)
 
 from lifecycles.machines.core import Lifecycle
 from lifecycles.stores.base import Store
@@ -40,12 +49,16 @@ class Opened:
 
 @attrs.frozen
 class StoreKind:
-    """How to open one kind of store; ``missing`` says why it cannot run here."""
+    """How to open one kind of store; ``missing`` says why it cannot run here.
+
+    ``postgres`` marks the kinds that need the PostgreSQL server.
+    """
 
     name: str
     open: Callable[[Lifecycle[Any, Any]], Opened]
     corrupt: Callable[[Store[Any], Any, str, Any], None]
     missing: str | None = None
+    postgres: bool = False
 
 
 # --- memory ------------------------------------------------------------------------
@@ -155,14 +168,14 @@ KINDS: tuple[StoreKind, ...] = (
     StoreKind("files", _open_files, _corrupt_files,
               _module_missing("lifecycles.stores.files")),
     StoreKind("postgres", _open_postgres, _corrupt_postgres,
-              None if DSN is not None else SKIP_REASON),
+              None if DSN is not None else SKIP_REASON, postgres=True),
 )
 
 # The monitor's exact production schemas, besides the generic ones derived from its record.
 MONITOR_SCHEMA_KINDS: tuple[StoreKind, ...] = (
     StoreKind("sqlite-monitor-schema", lambda lc: _open_sqlite(lc, True), _corrupt_sqlite),
     StoreKind("postgres-monitor-schema", lambda lc: _open_postgres(lc, True), _corrupt_postgres,
-              None if DSN is not None else SKIP_REASON),
+              None if DSN is not None else SKIP_REASON, postgres=True),
 )
 
 

@@ -6,7 +6,10 @@ recovery. Each test below runs for every (lifecycle, store) pair: the lifecycles
 this installation registers (plus the outbox when its module exists but is not yet
 registered), and the stores in tests/store_kinds.py (memory, SQLite file on disk,
 files, PostgreSQL; the monitor also on its exact production schemas). A pair that
-cannot run here is listed with ``-unavailable`` in its id and the reason.
+cannot run here is listed with ``-unavailable`` in its id and the reason, except the
+PostgreSQL pairs: without LIFECYCLES_TEST_POSTGRES_DSN they are left out and
+``test_the_postgresql_stores_run_with_a_server`` skips once, so the reason is reported
+once (tests/postgres_support.py).
 
 A lifecycle gets a :class:`Driver`: how to build its record number ``i``, one step
 that changes a record's status, a rival step from the same record, and a stored
@@ -17,11 +20,18 @@ value that breaks an invariant. A registered lifecycle without a driver fails
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
+from conftest import POSTGRES_DSN_VARIABLE
+from postgres_support import DSN, SKIP_REASON, require_postgres
 from store_kinds import Opened, StoreKind, kinds_for
 
 from lifecycles.invariants.core import InvariantViolation
@@ -114,6 +124,8 @@ def cases(leased_only: bool = False) -> Iterator[Any]:
         if leased_only and driver.lifecycle.lease is None:
             continue
         for kind in kinds_for(name):
+            if kind.postgres and DSN is None:
+                continue  # see test_the_postgresql_stores_run_with_a_server
             if kind.missing:
                 yield pytest.param(driver, kind, id=f"{name}-{kind.name}-unavailable",
                                    marks=pytest.mark.skip(reason=kind.missing))
@@ -147,6 +159,32 @@ def fire_steps(store: Store[Any], record: Any, steps: Sequence[Step]) -> Any:
 
 def test_every_registered_lifecycle_has_a_driver() -> None:
     assert set(registered()) <= set(DRIVERS)
+
+
+def test_the_postgresql_stores_run_with_a_server() -> None:
+    """Stands in for the PostgreSQL pairs left out without a server: skips, with the reason."""
+    require_postgres()
+    kinds = [value for case in ALL for value in case.values if isinstance(value, StoreKind)]
+    assert {kind.name for kind in kinds if kind.postgres} == {"postgres",
+                                                               "postgres-monitor-schema"}
+
+
+def test_without_a_server_the_postgresql_skip_is_reported_once() -> None:
+    """Without the DSN, ``pytest -ra`` over the PostgreSQL suites names the reason once."""
+    root = Path(__file__).resolve().parents[1]
+    environment = {name: value for name, value in os.environ.items()
+                   if name != POSTGRES_DSN_VARIABLE}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider",
+         "-k", "not reported_once", "tests/test_postgres_store.py", "tests/test_conformance.py"],
+        cwd=root, env=environment, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    summary = run.stdout.partition("short test summary info")[2]
+    mentions = [line for line in summary.splitlines() if "PostgreSQL" in line]
+    assert len(mentions) == 1, run.stdout
+    assert re.fullmatch(r"SKIPPED \[\d+\] tests/postgres_support\.py:\d+: (.*)", mentions[0])
+    assert mentions[0].endswith(": " + SKIP_REASON) and POSTGRES_DSN_VARIABLE in SKIP_REASON
 
 
 # --- the contract, for every lifecycle on every store ------------------------------

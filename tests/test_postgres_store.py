@@ -1,7 +1,9 @@
 """The PostgreSQL store's own promises: the monitor schema, its checks, SKIP LOCKED, errors.
 
 The contract every store shares is in test_conformance.py; here is what only
-PostgreSQL does. Skipped, with the reason, unless LIFECYCLES_TEST_POSTGRES_DSN is set.
+PostgreSQL does. Without LIFECYCLES_TEST_POSTGRES_DSN the whole module skips at
+collection, through ``require_postgres``, so the reason is reported once for all of
+PostgreSQL (tests/postgres_support.py).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 from monitor_support import CAPABILITIES, answer, notification
-from postgres_support import Connect, needs_postgres, pg_connect, pg_schema
+from postgres_support import Connect, pg_connect, pg_schema, require_postgres
 
 from lifecycles.invariants.monitor import COLUMNS
 from lifecycles.machines.monitor import MONITOR, MonitorInputs
@@ -28,7 +30,9 @@ from lifecycles.stores.postgres import (
 
 __all__ = ["pg_connect", "pg_schema"]  # fixtures, used by name
 
-pytestmark = [pytest.mark.postgres, needs_postgres]
+require_postgres()  # without a server, the whole module skips: one line in the summary
+
+pytestmark = pytest.mark.postgres
 
 OTHER_CAPABILITIES = "e" * 64
 
