@@ -2,27 +2,23 @@
 
 Prints the pending, delivered and quarantined counts, the oldest pending intent,
 pending or delivered files the outbox cannot trust (the next replay quarantines
-pending ones), and every quarantined item with its reason. Reads only: no
-directory is created and nothing is moved (the lock file is created if missing).
+pending ones), and every quarantined item with its reason. Read-only: nothing is
+created (not even the lock file), moved, re-moded or removed; the lock is taken
+when a writer has ever created it, so the answer is one consistent view.
 
-Exit codes, stable for scripts:
-
-* 0: answered;
-* 2: usage error (argparse);
-* 4: there is no outbox under the state directory;
-* 5: the outbox cannot be used: a directory or the lock file is a symbolic link or
-  not what it must be, or it cannot be read.
+Errors are one line on stderr; with ``--json`` also ``{"error": CODE, "message": ...}``
+on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from lifecycles.cli import CommandError, exit_code_table
 from lifecycles.invariants.outbox import OutboxRecord
 from lifecycles.machines.outbox import OUTBOX
 from lifecycles.outbox import (
@@ -33,7 +29,18 @@ from lifecycles.outbox import (
 )
 from lifecycles.stores.files import FilesStore, StoreMissing, UnsafePath, UntrustedRecord
 
-EXIT_OK, EXIT_NO_OUTBOX, EXIT_UNUSABLE = 0, 4, 5
+EXIT_OK, EXIT_UNTRUSTED, EXIT_USAGE, EXIT_NO_OUTBOX, EXIT_UNUSABLE = 0, 1, 2, 4, 5
+EXIT_CODES = (
+    (EXIT_OK, "answered: nothing untrusted, nothing quarantined (status ok)"),
+    (EXIT_UNTRUSTED, "answered, and untrusted material is present: files the outbox "
+                     "cannot trust, or quarantined items (status untrusted); read them"),
+    (EXIT_USAGE, "usage error (error `usage`)"),
+    (EXIT_NO_OUTBOX, "there is no outbox under the state directory (`no_outbox`)"),
+    (EXIT_UNUSABLE, "the outbox cannot be used: a directory or the lock file is a symbolic "
+                    "link or not what it must be (`unsafe_path`), or it cannot be read "
+                    "(`unreadable`)"),
+    (70, "an unexpected error: a bug in lifecycles (`internal_error`)"),
+)
 TRUSTED_DIRECTORIES = ("pending", "delivered")
 
 
@@ -42,11 +49,14 @@ def register(subparsers: Any) -> None:
         "outbox",
         help="inspect a close outbox directory",
         description=__doc__,
+        epilog=exit_code_table(EXIT_CODES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="outbox_command", required=True, metavar="COMMAND")
     status = commands.add_parser(
-        "status", help="counts, oldest pending intent, untrusted files, quarantine reasons"
+        "status", help="counts, oldest pending intent, untrusted files, quarantine reasons",
+        description=__doc__, epilog=exit_code_table(EXIT_CODES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     status.add_argument(
         "--state-dir",
@@ -96,6 +106,7 @@ def outbox_status(state_dir: Path) -> dict[str, Any]:
             for entry in store.quarantine_entries()
         ]
     return {
+        "status": "untrusted" if untrusted or quarantine else "ok",
         "outbox": str(store.root),
         "counts": counts,
         "oldest_pending": None if oldest is None else {
@@ -126,19 +137,26 @@ def _status(args: argparse.Namespace) -> int:
     if not (state_dir / OUTBOX_DIRECTORY).exists() and not (
         state_dir / OUTBOX_DIRECTORY
     ).is_symlink():
-        return _fail(args, EXIT_NO_OUTBOX, "no_outbox", f"no outbox under {state_dir}")
+        raise CommandError(EXIT_NO_OUTBOX, "no_outbox",
+                           f"no outbox under {state_dir}; check --state-dir")
     try:
         status = outbox_status(state_dir)
     except StoreMissing as error:
-        return _fail(args, EXIT_NO_OUTBOX, "no_outbox", f"{state_dir}: {error}")
+        raise CommandError(EXIT_NO_OUTBOX, "no_outbox",
+                           f"{state_dir}: {error}; check --state-dir") from None
     except UnsafePath as error:
-        return _fail(args, EXIT_UNUSABLE, "unsafe_path", f"{state_dir}: {error}")
+        raise CommandError(EXIT_UNUSABLE, "unsafe_path",
+                           f"{state_dir}: {error}; the outbox refuses to use it") from None
     except OSError as error:
-        return _fail(args, EXIT_UNUSABLE, "unreadable", f"{state_dir}: {error}")
+        raise CommandError(EXIT_UNUSABLE, "unreadable",
+                           f"cannot read the outbox under {state_dir}: {error.strerror or error}"
+                           "; check its permissions") from None
+    code = EXIT_OK if status["status"] == "ok" else EXIT_UNTRUSTED
     if args.json:
         print(json.dumps(status, ensure_ascii=False))
-        return EXIT_OK
+        return code
     counts = status["counts"]
+    print(f"status: {status['status']}")
     print(f"outbox: {status['outbox']}")
     for name in ("pending", "delivered", "quarantined"):
         print(f"  {name:<11} {counts[name]}")
@@ -161,11 +179,4 @@ def _status(args: argparse.Namespace) -> int:
                 f"  {item['file']}  {item['quarantined_at'] or '-'}  "
                 f"{item['reason'] or '(no reason file)'}"
             )
-    return EXIT_OK
-
-
-def _fail(args: argparse.Namespace, code: int, error: str, message: str) -> int:
-    if args.json:
-        print(json.dumps({"error": error, "message": message}))
-    print(f"lifecycles: {message}", file=sys.stderr)
     return code

@@ -97,6 +97,7 @@ DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_LOCK_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC  # flock needs no write access
 
 
 class UnsafePath(StoreError):
@@ -388,7 +389,12 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 class FilesStore(Store[R]):
-    """Records of one lifecycle as files under ``root`` (see the module docstring)."""
+    """Records of one lifecycle as files under ``root`` (see the module docstring).
+
+    With ``create=False`` the store only opens what exists and creates nothing, not
+    even the lock file, nor does it change a mode or remove a writer's temporary file:
+    the way to inspect a store without touching it.
+    """
 
     def __init__(
         self,
@@ -480,10 +486,15 @@ class FilesStore(Store[R]):
         return _open_directory(str(self.root), None, create=True)
 
     def _open_lock(self, root_fd: int) -> int:
-        # Created even without ``create``: it holds no data, and a store whose writer
-        # never ran an operation (the reference creates it lazily) has none yet.
         try:
-            fd = os.open(self.layout.lock_name, LOCK_FLAGS, 0o600, dir_fd=root_fd)
+            if self.create:
+                fd = os.open(self.layout.lock_name, LOCK_FLAGS, 0o600, dir_fd=root_fd)
+            else:
+                fd = os.open(self.layout.lock_name, READ_LOCK_FLAGS, dir_fd=root_fd)
+        except FileNotFoundError:
+            # A reader creates nothing. No lock file means no writer has run an operation
+            # yet (the reference creates it lazily): lock the store directory instead.
+            return os.dup(root_fd)
         except OSError as error:
             if error.errno == errno.ELOOP:
                 raise UnsafePath(f"lock file {self.layout.lock_name} is a symbolic link") from None
@@ -492,7 +503,11 @@ class FilesStore(Store[R]):
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise UnsafePath(f"lock file {self.layout.lock_name} is not a regular file")
-            if stat.S_IMODE(info.st_mode) != 0o600 and info.st_uid == os.geteuid():
+            if (
+                self.create
+                and stat.S_IMODE(info.st_mode) != 0o600
+                and info.st_uid == os.geteuid()
+            ):
                 os.fchmod(fd, 0o600)
         except BaseException as error:
             _close_quietly_after(error, fd)

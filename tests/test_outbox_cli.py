@@ -47,8 +47,9 @@ def test_status_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     before = tree(tmp_path)
 
     code, out, err = run(capsys, "outbox", "status", "--state-dir", str(tmp_path), "--json")
-    assert (code, err) == (0, "")
+    assert (code, err) == (1, ""), "untrusted material present: exit 1"
     status = json.loads(out)
+    assert status["status"] == "untrusted"
     assert status["counts"] == {"pending": 3, "delivered": 1, "quarantined": 1}
     oldest = status["oldest_pending"]
     assert oldest["entry_id"] in {request(1).entry_id, request(2).entry_id}
@@ -130,10 +131,60 @@ def test_the_default_state_directory_is_the_outboxs(
     assert code == 0 and json.loads(out)["counts"]["pending"] == 1
 
 
-def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(["outbox", "frobnicate"])
-    assert exited.value.code == 2
+@pytest.mark.parametrize("argv", [["outbox", "frobnicate"], ["outbox", "status", "--bogus"]])
+def test_usage_errors_exit_2_in_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("lifecycles: lifecycles") and "--help" in err
+    code, out, _ = run(capsys, *argv, "--json")
+    assert code == 2 and json.loads(out)["error"] == "usage"
+
+
+def test_status_creates_nothing_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outbox = CloseOutbox(state_dir=tmp_path)
+    outbox.enqueue(request(1))
+    lock = tmp_path / "close-outbox" / ".lock"
+    lock.unlink()  # as the reference leaves a directory no operation has run on
+    pending = tmp_path / "close-outbox" / "pending"
+    pending.chmod(0o755)  # a writer tightens it to 0700; a reader must not
+    leftover = pending / f".{request(2).entry_id}.json.0123456789abcdef.tmp"
+    leftover.write_text("{")  # a killed writer's temporary file: a writer removes it
+    modes = {p: p.stat().st_mode for p in tmp_path.rglob("*")}
+    before = tree(tmp_path)
+    code, out, err = run(capsys, "outbox", "status", "--state-dir", str(tmp_path), "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["counts"]["pending"] == 1
+    assert not lock.exists()
+    assert tree(tmp_path) == before
+    assert {p: p.stat().st_mode for p in tmp_path.rglob("*")} == modes
+
+
+def test_quarantined_items_alone_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outbox = CloseOutbox(state_dir=tmp_path)
+    (outbox.pending_dir / "0000.json").write_text("[]")
+    outbox.replay(lambda item: None)
+    code, out, _ = run(capsys, "outbox", "status", "--state-dir", str(tmp_path))
+    assert code == 1
+    assert out.splitlines()[0] == "status: untrusted" and "quarantine:" in out
+
+
+def test_a_lock_that_is_a_directory_exits_5(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    CloseOutbox(state_dir=tmp_path)
+    lock = tmp_path / "close-outbox" / ".lock"
+    lock.unlink()
+    lock.mkdir()
+    code, out, err = run(capsys, "outbox", "status", "--state-dir", str(tmp_path), "--json")
+    assert code == 5 and json.loads(out)["error"] == "unsafe_path"
+    assert len(err.splitlines()) == 1 and "not a regular file" in err
 
 
 def test_python_dash_m_runs_it(tmp_path: Path) -> None:
