@@ -34,6 +34,7 @@ from typing import Any
 
 import attrs
 
+from lifecycles.cli import CommandError
 from lifecycles.diagrams_page import index, page
 from lifecycles.diagrams_pictures import DiagramError, Graphviz, dot, find_graphviz, mermaid
 from lifecycles.machines.core import Lifecycle
@@ -44,6 +45,8 @@ GRAPHVIZ_VERSION_FILE = "graphviz-version.txt"
 INDEX_FILE = "README.md"
 INSTALL_GRAPHVIZ = "apt-get install -y graphviz"
 NO_DIRECTORY = "lifecycles.diagrams.directory_not_found"
+EXIT_CANNOT_RUN = 2  # a usage error, a module that does not import, no diagrams directory
+EXIT_UNWRITABLE = 3
 
 
 @attrs.frozen
@@ -275,8 +278,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.module and args.output is None:
         # Writing removes pages no lifecycle generates: never aim that at diagrams/ by default.
-        print("lifecycles diagrams: --module needs --output (a directory of its own)")
-        return 2
+        raise CommandError(EXIT_CANNOT_RUN, "usage",
+                           "diagrams --module needs --output (a directory of its own)")
     try:
         directory = resolve_directory(args.output)
         chosen = registered()
@@ -285,12 +288,24 @@ def run(args: argparse.Namespace) -> int:
             for target in args.module:
                 chosen.update(lifecycles_in(import_target(target)))
         generation = generate(chosen, find_graphviz())
-    except (DirectoryNotFound, DiagramError, ImportError, FileNotFoundError) as error:
-        print(f"lifecycles diagrams: {error}")
-        return 2
+    except DirectoryNotFound as error:
+        raise CommandError(EXIT_CANNOT_RUN, "directory_not_found", str(error)) from None
+    except DiagramError as error:
+        raise CommandError(EXIT_CANNOT_RUN, "diagram_failed", str(error)) from None
+    except FileNotFoundError as error:
+        raise CommandError(EXIT_CANNOT_RUN, "module_not_found",
+                           f"{error}; check --module") from None
     if args.check:
         return report_check(directory, check(directory, generation))
-    return report_write(directory, write(directory, generation), generation)
+    try:
+        written = write(directory, generation)
+    except OSError as error:
+        raise CommandError(
+            EXIT_UNWRITABLE, "output_unwritable",
+            f"cannot write the diagrams into {directory}: {error.strerror or error}; "
+            "choose another --output or fix its permissions",
+        ) from None
+    return report_write(directory, written, generation)
 
 
 def report_check(directory: Path, drift: Drift) -> int:

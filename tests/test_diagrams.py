@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -25,7 +24,6 @@ from lifecycles.diagrams import (
     DirectoryNotFound,
     check,
     generate,
-    register,
     resolve_directory,
     write,
 )
@@ -45,12 +43,8 @@ needs_dot = pytest.mark.skipif(
 
 
 def run_command(*argv: str) -> int:
-    """``lifecycles diagrams ...`` through the command's own parser."""
-    parser = argparse.ArgumentParser(prog="lifecycles")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["diagrams", *argv])
-    code: int = args.handler(args)
-    return code
+    """``lifecycles diagrams ...`` as the command line runs it."""
+    return cli.main(["diagrams", *argv])
 
 
 def rebuilt(lifecycle: AnyLifecycle, **changes: Any) -> AnyLifecycle:
@@ -277,7 +271,7 @@ def test_the_directory_is_found_or_the_command_says_so(
         resolve_directory(None, lost)
     monkeypatch.chdir(lost)
     assert run_command("--check") == 2
-    assert NO_DIRECTORY in capsys.readouterr().out
+    assert NO_DIRECTORY in capsys.readouterr().err
     assert list(lost.iterdir()) == []
 
 
@@ -449,4 +443,17 @@ def test_module_without_output_is_refused_so_diagrams_is_never_emptied(
 ) -> None:
     code = cli.main(["diagrams", "--module", str(EXAMPLE / "lifecycle.py")])
     assert code == 2
-    assert "--module needs --output" in capsys.readouterr().out
+    err = capsys.readouterr().err
+    assert "--module needs --output" in err and len(err.splitlines()) == 1
+
+
+def test_an_output_that_cannot_be_written_exits_3_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code = cli.main(["diagrams", "--output", str(blocker / "diagrams")])
+    captured = capsys.readouterr()
+    assert (code, captured.out) == (3, "") and "Traceback" not in captured.err
+    assert captured.err.startswith("lifecycles: cannot write the diagrams into")
+    assert len(captured.err.splitlines()) == 1
