@@ -179,12 +179,18 @@ def test_the_committed_snapshot_matches_the_tables() -> None:
 
 def test_cli_check_by_name_and_unknown_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                             ) -> None:
-    assert main(["check", "outbox", "--statuses", str(tmp_path / "s.json"),
+    snapshot = tmp_path / "s.json"
+    snapshot.write_text('{"lifecycles": {}}')
+    assert main(["check", "outbox", "--statuses", str(snapshot),
                  "--trace-dir", str(tmp_path)]) == 0
-    printed = capsys.readouterr().out
-    assert "outbox (table v" in printed and "monitor (table" not in printed
-    assert main(["check", "no-such-lifecycle", "--statuses", str(tmp_path / "s.json")]) == 2
-    assert "unknown lifecycles ['no-such-lifecycle']" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "outbox (table v" in printed.out and "monitor (table" not in printed.out
+    assert printed.err == ""
+    assert main(["check", "no-such-lifecycle", "--statuses", str(snapshot)]) == 2
+    printed = capsys.readouterr()
+    # The error is one line on stderr; stdout stays for the normal output.
+    assert printed.out == ""
+    assert printed.err.startswith("lifecycles check: unknown lifecycles ['no-such-lifecycle']")
 
 
 def test_exploration_is_found_beside_the_table() -> None:
@@ -194,3 +200,14 @@ def test_exploration_is_found_beside_the_table() -> None:
     assert exploration is EXPLORATION
     assert spec == "lifecycles.machines.monitor_inputs:EXPLORATION"
     assert load_exploration(spec) is EXPLORATION
+
+
+def test_a_snapshot_path_that_does_not_exist_is_a_warning_not_a_silent_pass(
+    tmp_path: Path,
+) -> None:
+    code, text = check(tmp_path, "outbox", snapshot=tmp_path / "nowhere.json")
+    assert code == 0
+    summary = text.splitlines()[-1]
+    assert summary.endswith(f"all OK (WARNING: status snapshot {tmp_path / 'nowhere.json'} "
+                            "does not exist; removed statuses cannot be detected — pass an "
+                            "existing --statuses FILE or run --record-statuses)")
