@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 from monitor_support import CAPABILITIES, answer, notification
-from postgres_support import connect_in, pg_schema, postgres_dsn
+from postgres_support import connect_in, pg_schema, require_postgres
 
 from lifecycles.cli import main
 from lifecycles.monitor import DurableTerminalProcessingMonitor
 
-__all__ = ["pg_schema", "postgres_dsn"]  # fixtures, used by name
+__all__ = ["pg_schema"]  # a fixture, used by name
 
 
 @pytest.fixture
@@ -311,8 +311,9 @@ def test_no_traceback_through_the_installed_command(tmp_path: Path) -> None:
 
 
 def test_health_and_status_over_a_postgres_dsn(
-    pg_schema: str, postgres_dsn: str, capsys: pytest.CaptureFixture[str]
+    pg_schema: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    postgres_dsn = require_postgres()
     monitor = DurableTerminalProcessingMonitor(connect_in(pg_schema), CAPABILITIES)
     monitor.register(*notification(1), now=10)
     dsn = f"{postgres_dsn}?options=-c%20search_path%3D{pg_schema}"
