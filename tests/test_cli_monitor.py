@@ -12,12 +12,10 @@ from pathlib import Path
 
 import pytest
 from monitor_support import CAPABILITIES, answer, notification
-from postgres_support import connect_in, pg_schema, require_postgres
+from postgres_support import connect_in, require_postgres, temporary_schema
 
 from lifecycles.cli import main
 from lifecycles.monitor import DurableTerminalProcessingMonitor
-
-__all__ = ["pg_schema"]  # a fixture, used by name
 
 
 @pytest.fixture
@@ -310,22 +308,22 @@ def test_no_traceback_through_the_installed_command(tmp_path: Path) -> None:
     assert finished.stdout == ""
 
 
-def test_health_and_status_over_a_postgres_dsn(
-    pg_schema: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_health_and_status_over_a_postgres_dsn(capsys: pytest.CaptureFixture[str]) -> None:
     postgres_dsn = require_postgres()
-    monitor = DurableTerminalProcessingMonitor(connect_in(pg_schema), CAPABILITIES)
-    monitor.register(*notification(1), now=10)
-    dsn = f"{postgres_dsn}?options=-c%20search_path%3D{pg_schema}"
-    code, out, _ = run(capsys, "monitor", "health", "--dsn", dsn, "--capabilities",
-                       CAPABILITIES, "--now", "30", "--json")
-    assert code == 0 and json.loads(out)["counts"]["pending"] == 1
-    code, out, _ = run(capsys, "monitor", "status", "--dsn", dsn, "--capabilities",
-                       CAPABILITIES, "--now", "30", "e1")
-    assert code == 0 and "pending" in out
-    line = run_error(capsys, ["monitor", "health", "--dsn", dsn, "--capabilities", "e" * 64],
-                     8, "capabilities_differ")
-    assert f"{CAPABILITIES[:12]}..." in line
+    with temporary_schema() as schema:
+        monitor = DurableTerminalProcessingMonitor(connect_in(schema), CAPABILITIES)
+        monitor.register(*notification(1), now=10)
+        monitor.connection.close()
+        dsn = f"{postgres_dsn}?options=-c%20search_path%3D{schema}"
+        code, out, _ = run(capsys, "monitor", "health", "--dsn", dsn, "--capabilities",
+                           CAPABILITIES, "--now", "30", "--json")
+        assert code == 0 and json.loads(out)["counts"]["pending"] == 1
+        code, out, _ = run(capsys, "monitor", "status", "--dsn", dsn, "--capabilities",
+                           CAPABILITIES, "--now", "30", "e1")
+        assert code == 0 and "pending" in out
+        line = run_error(capsys, ["monitor", "health", "--dsn", dsn, "--capabilities",
+                                  "e" * 64], 8, "capabilities_differ")
+        assert f"{CAPABILITIES[:12]}..." in line
     empty = f"{postgres_dsn}?options=-c%20search_path%3Dpg_catalog"
     run_error(capsys, ["monitor", "health", "--dsn", empty, "--capabilities", CAPABILITIES],
               4, "no_monitor_schema")
