@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -269,12 +270,15 @@ def register(subparsers: Any) -> None:
         help="draw the lifecycles defined in this module (dotted name or path to a .py "
         "file) instead of the registered ones; needs --output; repeatable",
     )
+    parser.add_argument("--traceback", action="store_true",
+                        help="when a --module does not import, also print the traceback")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """The ``diagrams`` command: 0 when written or clean, 1 on drift, 2 on an error."""
-    from lifecycles.registry import import_target, lifecycles_in, registered
+    from lifecycles.checker import CheckerError, import_target
+    from lifecycles.registry import lifecycles_in, registered
 
     if args.module and args.output is None:
         # Writing removes pages no lifecycle generates: never aim that at diagrams/ by default.
@@ -292,9 +296,10 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(EXIT_CANNOT_RUN, "directory_not_found", str(error)) from None
     except DiagramError as error:
         raise CommandError(EXIT_CANNOT_RUN, "diagram_failed", str(error)) from None
-    except FileNotFoundError as error:
-        raise CommandError(EXIT_CANNOT_RUN, "module_not_found",
-                           f"{error}; check --module") from None
+    except CheckerError as error:  # a --module that does not import: file:line and what to do
+        if args.traceback and error.__cause__ is not None:
+            traceback.print_exception(error.__cause__)
+        raise CommandError(EXIT_CANNOT_RUN, error.error, error.message) from None
     if args.check:
         return report_check(directory, check(directory, generation))
     try:

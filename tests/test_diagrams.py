@@ -457,3 +457,19 @@ def test_an_output_that_cannot_be_written_exits_3_in_one_line(
     assert (code, captured.out) == (3, "") and "Traceback" not in captured.err
     assert captured.err.startswith("lifecycles: cannot write the diagrams into")
     assert len(captured.err.splitlines()) == 1
+
+
+def test_a_module_that_does_not_import_is_one_line_with_its_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    broken = tmp_path / "broken_lifecycle.py"
+    broken.write_text("x = 1\ndef (:\n")
+    code = cli.main(["diagrams", "--module", str(broken), "--output", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    assert (code, captured.out) == (2, "")
+    assert len(captured.err.splitlines()) == 1 and "Traceback" not in captured.err
+    assert "broken_lifecycle.py:2" in captured.err and "SyntaxError" in captured.err
+    assert not (tmp_path / "out").exists()
+    code = cli.main(["diagrams", "--module", str(broken), "--output", str(tmp_path / "out"),
+                     "--traceback"])
+    assert code == 2 and "Traceback" in capsys.readouterr().err
