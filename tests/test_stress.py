@@ -15,10 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from postgres_support import DSN, needs_postgres, pg_schema
+from postgres_support import require_postgres, temporary_schema
 from stress_worker import REFUSAL_CODES, StressResult, Target, run
-
-__all__ = ["pg_schema"]  # a fixture, used by name
 
 ITEMS = 300
 PROCESSES = 2
@@ -43,10 +41,9 @@ def test_sqlite_workers_in_several_processes_never_share_a_lease(tmp_path: Path)
 
 @pytest.mark.slow
 @pytest.mark.postgres
-@needs_postgres
-def test_postgres_workers_in_several_processes_never_share_a_lease(
-    tmp_path: Path, pg_schema: str
-) -> None:
-    target = Target("postgres", pg_schema, DSN)
-    check(run(target, items=ITEMS, processes=PROCESSES, threads=THREADS,
-              journal=tmp_path / "journal.jsonl", timeout=90))
+def test_postgres_workers_in_several_processes_never_share_a_lease(tmp_path: Path) -> None:
+    dsn = require_postgres()
+    with temporary_schema() as schema:
+        target = Target("postgres", schema, dsn)
+        check(run(target, items=ITEMS, processes=PROCESSES, threads=THREADS,
+                  journal=tmp_path / "journal.jsonl", timeout=90))
