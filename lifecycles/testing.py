@@ -28,7 +28,8 @@ phase.
 Coverage (rows fired, guards seen true and false) is recorded for every store run and,
 under pytest, printed at the end; ``pytest --lifecycles-require-coverage`` fails the
 run when no generated test of a lifecycle (on any store) exercised one of its table
-rows.
+rows. A row whose firing made a step fail (its effect broke an invariant, say) counts
+as exercised and is reported as "fired, failed".
 
 The pytest plugin
 -----------------
@@ -78,7 +79,9 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lifecycles.machines.core import Lifecycle, TransitionRefused
+import attrs
+
+from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
 from lifecycles.machines.exploration import Coverage, Exploration, Move
 
 if TYPE_CHECKING:
@@ -102,6 +105,44 @@ COVERAGE_RUNS: dict[str, Coverage] = {}
 
 class StepFailed(AssertionError):
     """A generated step went wrong; the message holds the steps of this example so far."""
+
+
+@attrs.define
+class StepCoverage(Coverage):
+    """:class:`Coverage` that also counts the rows whose firing made a step fail.
+
+    The engine tells observers of a row only once its record passed every invariant,
+    so without this a row whose effect breaks one would read "never fired".
+    """
+
+    row_failures: dict[Row, int] = attrs.field(factory=dict)
+
+    def failed(self, row: Row) -> None:
+        self.attempts += 1
+        self.row_failures[row] = self.row_failures.get(row, 0) + 1
+
+    def merge(self, other: Coverage) -> None:
+        super().merge(other)
+        if isinstance(other, StepCoverage):
+            for row, count in other.row_failures.items():
+                self.row_failures[row] = self.row_failures.get(row, 0) + count
+
+    @property
+    def unfired_rows(self) -> list[Row]:
+        return [row for row in super().unfired_rows if row not in self.row_failures]
+
+    @property
+    def failed_rows(self) -> list[Row]:
+        return [row for row in self.lifecycle.rows if row in self.row_failures]
+
+    def report(self) -> str:
+        lines = super().report().split("\n")
+        # One line per row, in table order, after the title line.
+        for index, row in enumerate(self.lifecycle.rows, 1):
+            if row in self.row_failures:
+                lines[index] = (lines[index].removesuffix("   <-- never fired")
+                                + f"   <-- fired, failed {self.row_failures[row]} times")
+        return "\n".join(lines)
 
 
 def _exploration_of(subject: Exploration[R] | Lifecycle[R, Any]) -> Exploration[R]:
@@ -152,7 +193,7 @@ def build_state_machine(
     lifecycle = exploration.lifecycle
     factory_name = getattr(store_factory, "__name__", type(store_factory).__name__)
     label = name or f"{lifecycle.name} on {factory_name}"
-    coverage = Coverage(lifecycle)
+    coverage = StepCoverage(lifecycle)
     movable = frozenset().union(*(exploration.sources(move) for move in exploration.moves))
 
     class LifecycleMachine(RuleBasedStateMachine):
@@ -237,11 +278,22 @@ def build_state_machine(
             before = machine.model[key]
             choice = data.draw(move.draw_from(before), label=move.name)
             machine.steps.append(f"{move.name} {key}: {move.describe_choice(before, choice)}")
+            applied: list[Row] = []
+
+            def pure_fire(trigger: str, record: R, inputs: Any) -> R:
+                # Lifecycle.fire in its two steps, to know the row if its effect fails.
+                row = lifecycle.select_row(trigger, record, inputs)
+                applied.append(row)
+                fired: R = lifecycle.apply_row(row, record, inputs)
+                return fired
+
             try:
-                expected: R | TransitionRefused = move.perform(lifecycle.fire, before, choice)
+                expected: R | TransitionRefused = move.perform(pure_fire, before, choice)
             except TransitionRefused as refusal:
                 expected = refusal
             except Exception as error:
+                if applied:
+                    coverage.failed(applied[-1])
                 raise machine.failure(f"{move.name} raised {type(error).__name__}: {error}"
                                       ) from error
 
@@ -260,6 +312,8 @@ def build_state_machine(
             except AssertionError:
                 raise
             except Exception as error:
+                if applied:  # the row the pure machine fired, which the store could not
+                    coverage.failed(applied[-1])
                 raise machine.failure(f"{move.name} through the store raised "
                                       f"{type(error).__name__}: {error}") from error
             if isinstance(expected, TransitionRefused) or isinstance(outcome, TransitionRefused):
@@ -289,9 +343,9 @@ def build_state_machine(
     return LifecycleMachine
 
 
-def coverage_of(machine: type[RuleBasedStateMachine]) -> Coverage:
+def coverage_of(machine: type[RuleBasedStateMachine]) -> StepCoverage:
     """The coverage a class from :func:`build_state_machine` has recorded so far."""
-    coverage: Coverage = getattr(machine, "coverage")  # noqa: B009 - set on the built class
+    coverage: StepCoverage = getattr(machine, "coverage")  # noqa: B009 - set on the built class
     return coverage
 
 
@@ -424,13 +478,13 @@ def _ran() -> dict[str, Coverage]:
     return {name: c for name, c in COVERAGE_RUNS.items() if c.attempts}
 
 
-def merged_by_lifecycle() -> dict[str, Coverage]:
+def merged_by_lifecycle() -> dict[str, StepCoverage]:
     """The coverage of every generated test that ran, merged per lifecycle (all stores)."""
-    merged: dict[str, Coverage] = {}
+    merged: dict[str, StepCoverage] = {}
     for coverage in _ran().values():
         name = coverage.lifecycle.name
         if name not in merged:
-            merged[name] = Coverage(coverage.lifecycle)
+            merged[name] = StepCoverage(coverage.lifecycle)
         merged[name].merge(coverage)
     return merged
 
@@ -462,3 +516,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(
                 f"{name}: every row exercised ({coverage.attempts} attempts)", green=True
             )
+        if coverage.failed_rows:
+            labels = [row.label for row in coverage.failed_rows]
+            terminalreporter.write_line(f"{name}: rows fired, failed: {labels}", red=True)

@@ -55,6 +55,13 @@ def test_the_generated_test_finds_the_reference_defect_with_a_short_trace() -> N
     assert any(step.startswith("claim ") for step in steps)
     assert re.search(r"(observe_progress|observe_failure) .*(without error|generated)",
                      steps[-1]), message
+    # The row whose effect broke the invariant counts as exercised, and says it failed.
+    coverage = coverage_of(machine)
+    assert coverage.failed_rows, coverage.report()
+    assert {row.trigger for row in coverage.failed_rows} <= {"observe_progress",
+                                                              "observe_failure"}
+    assert not set(coverage.failed_rows) & set(coverage.unfired_rows)
+    assert "<-- fired, failed" in coverage.report()
 
 
 def test_the_fixed_monitor_passes_the_same_run() -> None:
