@@ -62,6 +62,19 @@ class TransactionNested(StoreError):
     """The caller's connection is already inside a transaction the store did not open."""
 
 
+class StoreUnavailable(StoreError):
+    """The database cannot be reached or used right now (a lost server, a closed
+    connection, a lock held past the timeout, an I/O error); nothing was committed."""
+
+    code = "lifecycles.database_unreachable"
+
+
+class StoreDamaged(StoreError):
+    """The storage engine reports damage, or refuses data the store's own rules allow."""
+
+    code = "lifecycles.database_integrity"
+
+
 class UniqueViolation(StoreError):
     """An insert would duplicate a value the schema keeps unique (besides the key)."""
 
@@ -190,6 +203,20 @@ class Store(ABC, Generic[R]):
                     self.on_lease(after)
                 return after
             return None
+
+    def check_schema(self) -> None:
+        """Raise :class:`SchemaMismatch` if another connection changed the schema (or the
+        binding it holds) since the store verified it; none by default.
+
+        One cheap query. Each outermost :meth:`transaction` of a SQL store runs it
+        before anything else; call it before reads made outside a transaction.
+        """
+
+    def driver_error(self, error: Exception) -> StoreError | None:
+        """What an exception of the store's database driver means, as a store error with
+        its code (:class:`SchemaMismatch`, :class:`StoreUnavailable`,
+        :class:`StoreDamaged`); ``None`` when ``error`` is not the driver's."""
+        return None
 
     def integrity_problems(self) -> list[str]:
         """Problems the storage engine itself reports (SQLite ``quick_check``); none by default."""

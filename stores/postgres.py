@@ -11,7 +11,11 @@ The tables live in the connection's ``current_schema()`` (set ``search_path`` to
 keep several installations, or parallel tests, apart). The schema is created,
 migrated and checked once, when the store is built, under a transaction-level
 advisory lock so that workers starting together do not race on ``CREATE TABLE``;
-afterwards the store trusts the server's own constraints.
+afterwards the store trusts the server's own constraints. PostgreSQL has no schema
+version to compare, so each transaction (and each read, through
+:meth:`PostgresStore.check_schema`) starts with one probe that reads the columns of
+the store's tables from ``pg_attribute`` and, for the monitor, the meta row, and
+compares them with what the store writes: a difference is ``schema_altered``.
 
 Claims take the first due record with ``SELECT ... FOR UPDATE SKIP LOCKED``: two
 workers never wait on each other and never lease the same record, and expired
@@ -34,7 +38,8 @@ to the degree the server's ``synchronous_commit`` makes it (on by default).
 Errors: a server that cannot be reached, or a connection that broke, raises
 :class:`StoreUnavailable` (``...database_unreachable``); a schema that differs raises
 :class:`~lifecycles.stores.base.SchemaMismatch` (``...schema_altered``,
-``...legacy_unbound``). Codes carry the schema's prefix, so the monitor's errors read
+``...legacy_unbound``); :meth:`PostgresStore.driver_error` says what any other
+``psycopg`` error means. Codes carry the schema's prefix, so the monitor's errors read
 ``terminal_processing_monitor.*`` exactly as on SQLite.
 """
 
@@ -59,7 +64,9 @@ from lifecycles.stores.base import (
     SchemaMismatch,
     StaleRecord,
     Store,
+    StoreDamaged,
     StoreError,
+    StoreUnavailable,
     TransactionNested,
     UniqueViolation,
 )
@@ -89,12 +96,6 @@ __all__ = [
     "connect",
     "open_monitor_store",
 ]
-
-
-class StoreUnavailable(StoreError):
-    """The server could not be reached, or the connection broke; nothing was committed."""
-
-    code = "lifecycles.database_unreachable"
 
 
 def connect(dsn: str, **options: Any) -> Connection:
@@ -226,6 +227,18 @@ class PostgresSchema:
     def expected_columns(self) -> tuple[tuple[str, str], ...]:
         return tuple((column.name, column.sql_type) for column in self.columns)
 
+    def probe(self, cursor: psycopg.Cursor[Any]) -> None:
+        """One cheap query: refuse (``schema_altered``) a table whose columns changed.
+
+        A dropped or renamed table fails the statement itself (``UndefinedTable``),
+        which :meth:`PostgresStore.driver_error` reports as ``schema_altered`` too.
+        """
+        cursor.execute(f"SELECT {_COLUMNS_OF}", (self.table,))
+        if _described(cursor.fetchone()) != self.expected_columns():
+            raise SchemaMismatch(
+                f"the columns of {self.table} changed", code=self.error("schema_altered")
+            )
+
     def verify(self, cursor: psycopg.Cursor[Any]) -> None:
         found = _columns_of(cursor, self.table)
         if found != self.expected_columns():
@@ -339,6 +352,25 @@ class PostgresMonitorSchema(PostgresSchema):
             )
         cursor.execute("DROP TABLE cms_source_terminal_processing_meta")
 
+    def probe(self, cursor: psycopg.Cursor[Any]) -> None:
+        """The meta row and the columns of both tables, in one query, as :meth:`verify`
+        compares them: another binding, version or column is ``schema_altered``."""
+        cursor.execute(
+            f"SELECT m.singleton, m.schema_version, m.expected_capabilities_sha256,"
+            f" {_COLUMNS_OF}, {_COLUMNS_OF} FROM cms_source_terminal_processing_meta AS m",
+            (self.META, self.table),
+        )
+        rows = cursor.fetchall()
+        if (
+            len(rows) != 1
+            or tuple(rows[0][:3]) != (1, self.VERSION, self.capabilities_sha256)
+            or _described(rows[0][3:4]) != self.META_COLUMNS
+            or _described(rows[0][4:5]) != self.expected_columns()
+        ):
+            raise SchemaMismatch(
+                "schema or capabilities binding differs", code=self.error("schema_altered")
+            )
+
     def verify(self, cursor: psycopg.Cursor[Any]) -> None:
         meta_columns = _columns_of(cursor, self.META)
         columns_match = _columns_of(cursor, self.table) == self.expected_columns()
@@ -365,6 +397,24 @@ def claimable_clause(lifecycle: Lifecycle[Any, Any]) -> sql.Composable:
     return sql.SQL("{} IN ({})").format(
         sql.Identifier(lifecycle.status_field),
         sql.SQL(", ").join(map(sql.Literal, claimable)),
+    )
+
+
+# The columns of one table (a parameter: its name) as an array of "name type", in order,
+# from the catalogue itself: information_schema.columns costs about ten times more.
+_COLUMNS_OF = (
+    "ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a"
+    " WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped"
+    " ORDER BY a.attnum)"
+)
+
+
+def _described(row: Sequence[Any] | None) -> tuple[tuple[str, str], ...]:
+    """An array of ``_COLUMNS_OF`` (the first value of ``row``) as (name, type) pairs."""
+    if row is None:
+        return ()
+    return tuple(
+        (name, kind) for name, _, kind in (str(item).partition(" ") for item in row[0])
     )
 
 
@@ -395,6 +445,7 @@ class PostgresStore(Store[R]):
         self.connection = connection
         self.schema = schema or PostgresSchema(lifecycle)
         self._depth = 0
+        self._verified = False  # until ensure() ran: transactions probe the schema after
         self._columns = {column.name: column for column in self.schema.columns}
         with self._connection_errors():  # rendering identifiers asks the connection
             self._prepare_statements()
@@ -405,6 +456,7 @@ class PostgresStore(Store[R]):
                 (self.schema.table,),
             )
             self.schema.ensure(cursor)
+        self._verified = True
 
     # -- SQL, written once from the table and the schema -----------------------------
 
@@ -507,6 +559,8 @@ class PostgresStore(Store[R]):
             with self.connection.transaction():
                 self._depth = 1
                 try:
+                    if self._verified:
+                        self._probe()  # before anything else the transaction reads or writes
                     yield
                 finally:
                     self._depth = 0
@@ -523,6 +577,37 @@ class PostgresStore(Store[R]):
                     code=self.schema.error("database_unreachable"),
                 ) from error
             raise
+
+    def _probe(self) -> None:
+        with self._cursor() as cursor:
+            self.schema.probe(cursor)
+
+    def check_schema(self) -> None:
+        if not self._verified:
+            return
+        if self._depth or self.connection.autocommit:
+            with self._connection_errors():
+                self._probe()
+        else:
+            with self.transaction():  # which probes on entry
+                pass
+
+    def driver_error(self, error: Exception) -> StoreError | None:
+        """``psycopg`` errors by what they mean for the caller.
+
+        A lost or refused connection (and missing privileges) means the database cannot
+        be used now; a statement the store wrote once and ran before failing to fit
+        (undefined table or column, a type mismatch: SQLSTATE class 42) means the schema
+        changed under it; data or integrity errors are damage.
+        """
+        if not isinstance(error, psycopg.Error):
+            return None
+        if isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError,
+                              psycopg.errors.InsufficientPrivilege)):
+            return StoreUnavailable(str(error), code=self.schema.error("database_unreachable"))
+        if isinstance(error, (psycopg.ProgrammingError, psycopg.NotSupportedError)):
+            return SchemaMismatch(str(error), code=self.schema.error("schema_altered"))
+        return StoreDamaged(str(error), code=self.schema.error("database_integrity"))
 
     def _reading(self) -> AbstractContextManager[None]:
         """Reads outside a store transaction: one statement on an autocommit connection,

@@ -7,8 +7,13 @@ Construction::
 
 The schema is created, migrated and checked once, when the store is built; after
 that the store trusts its own constraints instead of re-reading the catalogue on
-every call. Every statement is written once, here, from the lifecycle's table and
-the schema, with parameters only.
+every call. What it does read, once per transaction (and once per read through
+:meth:`SQLiteStore.check_schema`), is one cheap probe: ``PRAGMA schema_version``,
+which every ``CREATE``, ``ALTER`` or ``DROP`` by any connection changes, and, for the
+monitor, its meta row, which a plain ``UPDATE`` may change without touching the
+catalogue. A changed version makes the store check the whole schema again; a
+difference is ``schema_altered``. Every statement is written once, here, from the
+lifecycle's table and the schema, with parameters only.
 
 Durability: a transaction commits with ``COMMIT`` on the caller's connection, so
 what it wrote is as durable as the connection's ``synchronous`` setting makes it
@@ -33,6 +38,9 @@ from lifecycles.stores.base import (
     SchemaMismatch,
     StaleRecord,
     Store,
+    StoreDamaged,
+    StoreError,
+    StoreUnavailable,
     TransactionNested,
     UniqueViolation,
 )
@@ -107,6 +115,12 @@ class SQLiteSchema:
                 f"{self.table} has columns {found}, expected {self.columns}",
                 code=self.error("schema_altered"),
             )
+
+    def probe(self, connection: sqlite3.Connection) -> int:
+        """The catalogue's version, in one cheap query; a changed version means some
+        connection created, altered or dropped something, and :meth:`verify` must run."""
+        (version,) = connection.execute("PRAGMA schema_version").fetchone()
+        return int(version)
 
 
 class MonitorSchema(SQLiteSchema):
@@ -209,6 +223,26 @@ class MonitorSchema(SQLiteSchema):
             )
         connection.execute(f"DROP TABLE {self.META}")
 
+    # The catalogue's version and the meta row in one query. LEFT JOIN: an emptied meta
+    # table still yields the version; a dropped one, or a missing column, fails the
+    # statement (no such table / column), which the store reports as schema_altered.
+    PROBE = """
+        SELECT v.schema_version, m.singleton, m.schema_version, m.expected_capabilities_sha256
+        FROM pragma_schema_version AS v LEFT JOIN cms_source_terminal_processing_meta AS m"""
+
+    def probe(self, connection: sqlite3.Connection) -> int:
+        """The catalogue's version; raises ``schema_altered`` when the meta row differs.
+
+        ``UPDATE``/``DELETE`` of the meta row leaves ``schema_version`` unchanged, so
+        the row itself is read on every call (one indexed single-row table).
+        """
+        rows = [tuple(row) for row in connection.execute(self.PROBE)]
+        if [row[1:] for row in rows] != [(1, self.VERSION, self.capabilities_sha256)]:
+            raise SchemaMismatch(
+                "the meta row or capabilities binding changed", code=self.error("schema_altered")
+            )
+        return int(rows[0][0])
+
     def verify(self, connection: sqlite3.Connection) -> None:
         meta_columns = _column_names(connection, self.META)
         meta_rows = [
@@ -222,6 +256,13 @@ class MonitorSchema(SQLiteSchema):
             raise SchemaMismatch(
                 "schema or capabilities binding differs", code=self.error("schema_altered")
             )
+
+
+# SQLite result codes (and their extended forms) of a database that cannot be used now.
+_UNUSABLE = (
+    "SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_CANTOPEN", "SQLITE_READONLY",
+    "SQLITE_FULL", "SQLITE_PERM", "SQLITE_AUTH", "SQLITE_PROTOCOL", "SQLITE_NOLFS",
+)
 
 
 def _column_names(connection: sqlite3.Connection, table: str) -> tuple[str, ...]:
@@ -242,6 +283,8 @@ class SQLiteStore(Store[R]):
         self.connection = connection
         self.schema = schema or SQLiteSchema(lifecycle)
         self._depth = 0
+        # The catalogue version the schema was last verified at; None while it is built.
+        self._verified_version: int | None = None
         self._codecs = _codecs_for(lifecycle.record_type)
         self._decoders = [
             (name, decode) for name, (_, decode) in self._codecs.items() if decode is not as_is
@@ -249,6 +292,7 @@ class SQLiteStore(Store[R]):
         self._prepare_statements()
         with self.transaction():
             self.schema.ensure(connection)
+            self._verified_version = self.schema.probe(connection)
 
     # -- SQL, written once from the table and the schema -----------------------
 
@@ -300,6 +344,8 @@ class SQLiteStore(Store[R]):
         self.connection.execute("BEGIN IMMEDIATE")
         self._depth = 1
         try:
+            # Under the write lock: the schema cannot change again before the commit.
+            self.check_schema()
             yield
             self.connection.commit()
         except BaseException:
@@ -308,6 +354,37 @@ class SQLiteStore(Store[R]):
             raise
         finally:
             self._depth = 0
+
+    # -- the schema under the store, and the driver's errors ---------------------------
+
+    def check_schema(self) -> None:
+        if self._verified_version is None:  # still being created: ensure() checks it
+            return
+        version = self.schema.probe(self.connection)
+        if version != self._verified_version:
+            # Some connection changed the catalogue. Check it all again: an identical
+            # schema (a table dropped and recreated as it was, a new index) carries on.
+            self.schema.verify(self.connection)
+            self._verified_version = version
+
+    def driver_error(self, error: Exception) -> StoreError | None:
+        """``sqlite3`` errors by what they mean for the caller.
+
+        ``SQLITE_ERROR`` from a statement the store wrote once and ran before (no such
+        table or column) means the schema changed under it; busy, locked, I/O, read-only
+        or a closed connection mean the database cannot be used right now; the rest
+        (corrupt, not a database, a constraint the rules allow) is damage.
+        """
+        if not isinstance(error, sqlite3.Error):
+            return None
+        name = getattr(error, "sqlite_errorname", None) or ""
+        if isinstance(error, (sqlite3.ProgrammingError, sqlite3.InterfaceError)) or (
+            name.startswith(_UNUSABLE)
+        ):
+            return StoreUnavailable(str(error), code=self.schema.error("database_unreachable"))
+        if isinstance(error, sqlite3.OperationalError) and name in ("SQLITE_ERROR", ""):
+            return SchemaMismatch(str(error), code=self.schema.error("schema_altered"))
+        return StoreDamaged(str(error), code=self.schema.error("database_integrity"))
 
     # -- reads ------------------------------------------------------------------------
 
