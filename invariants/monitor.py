@@ -62,11 +62,22 @@ class ReceiverStatus(StrEnum):
     FAILED = "failed"
 
 
+def exact_str(rule: FieldRule) -> FieldRule:
+    """``rule`` for values of type exactly ``str``.
+
+    A ``str`` subclass can compare equal to (and hash like) an allowed value while
+    holding another, which is what a database would then store; its own methods are
+    never trusted, so every identifier, code and known value is an exact ``str``.
+    """
+    check = rule.check
+    return attrs.evolve(rule, check=lambda value: type(value) is str and check(value))
+
+
 # Field rules: one field each, named for what they demand.
-token = matches("token_syntax", r"[A-Za-z0-9_.:-]{1,256}")
-sha256_hex = matches("sha256_syntax", r"[0-9a-f]{64}")
-error_code = matches("error_code_syntax", r"[a-z][a-z0-9_.-]{0,127}")
-terminal_status = one_of("terminal_status_known", TERMINAL_STATUSES)
+token = exact_str(matches("token_syntax", r"[A-Za-z0-9_.:-]{1,256}"))
+sha256_hex = exact_str(matches("sha256_syntax", r"[0-9a-f]{64}"))
+error_code = exact_str(matches("error_code_syntax", r"[a-z][a-z0-9_.-]{0,127}"))
+terminal_status = exact_str(one_of("terminal_status_known", TERMINAL_STATUSES))
 monitor_status = one_of("status_declared", set(MonitorStatus))
 receiver_status = one_of("receiver_status_declared", set(ReceiverStatus))
 count = non_negative_integer("count_non_negative")

@@ -150,6 +150,29 @@ ANSWER_FIELDS = frozenset(
 )
 
 
+def number_held(value: object) -> object:
+    """The plain ``int`` or ``float`` that an ``int``/``float`` subclass holds; anything
+    else unchanged.
+
+    Read through the base type's own slot, so the subclass's methods (which may lie
+    about comparisons, or raise) never run: the number checked is the number stored.
+    ``bool`` stays a ``bool``, for the integer rules to refuse.
+    """
+    if type(value) in (int, float, bool):
+        return value
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    return value
+
+
+# Fields of the answer that must equal the record's own (exact str, see parse_answer).
+ANSWER_IDENTITY = (
+    "notification_id", "event_id", "site_id", "terminal_status", "notification_sha256",
+)
+
+
 def parse_answer(
     response: object, record: MonitorRecord, capabilities_sha256: str
 ) -> ReceiverAnswer | None:
@@ -159,33 +182,37 @@ def parse_answer(
     expected capabilities, with consistent receiver fields. Whether the row it
     produces is valid is decided afterwards by the invariants, not here.
     """
+    # Copying the mapping runs its own code, which may raise: the caller records that as
+    # the reader's failure, as the reference does. After the copy no method of a value
+    # runs: strings compare only when they are exact str (a subclass may claim to equal
+    # this event's id while holding another), numbers are read as the plain number they
+    # hold (number_held), so what is checked is what is stored.
     if not isinstance(response, Mapping):
         return None
     value = dict(response)
-    if set(value) != ANSWER_FIELDS or value["schema"] != STATUS_SCHEMA:
+    if any(type(key) is not str for key in value) or set(value) != ANSWER_FIELDS:
         return None
-    if any(value[name] != getattr(record, name) for name in (
-        "notification_id", "event_id", "site_id", "terminal_status", "notification_sha256",
-    )):
+    expected = [(name, getattr(record, name)) for name in ANSWER_IDENTITY]
+    expected += [("schema", STATUS_SCHEMA), ("capabilities_sha256", capabilities_sha256)]
+    if any(type(value[name]) is not str or value[name] != want for name, want in expected):
         return None
-    if value["capabilities_sha256"] != capabilities_sha256:
-        return None
-    remote, attempts, maximum = (
-        value["processing_status"], value["attempts"], value["max_attempts"]
-    )
-    lease_expires_at, processed_at = value["lease_expires_at"], value["processed_at"]
+    remote = value["processing_status"]
+    attempts, maximum = number_held(value["attempts"]), number_held(value["max_attempts"])
+    next_attempt_at = number_held(value["next_attempt_at"])
+    lease_expires_at = number_held(value["lease_expires_at"])
+    processed_at = number_held(value["processed_at"])
     error, expired = value["last_error_code"], value["lease_expired"]
     consistent = (
-        isinstance(remote, str)
-        and remote in set(ReceiverStatus)
+        type(remote) is str
+        and remote in _RECEIVER_STATUSES
         and is_integer(attempts)
         and is_integer(maximum)
-        and 0 <= attempts <= maximum <= 20
-        and maximum >= 1
-        and is_time(value["next_attempt_at"])
+        and 0 <= attempts <= maximum <= 20  # type: ignore[operator]
+        and maximum >= 1  # type: ignore[operator]
+        and is_time(next_attempt_at)
         and (lease_expires_at is None or is_time(lease_expires_at))
-        and isinstance(expired, bool)
-        and (error is None or (isinstance(error, str) and error_code.check(error)))
+        and type(expired) is bool
+        and (error is None or error_code.check(error))
         and (processed_at is None or is_time(processed_at))
         and (remote == ReceiverStatus.LEASED) == (lease_expires_at is not None)
         and (remote == ReceiverStatus.SUCCEEDED) == (processed_at is not None)
@@ -196,14 +223,17 @@ def parse_answer(
         return None
     return ReceiverAnswer(
         processing_status=ReceiverStatus(remote),
-        attempts=attempts,
-        max_attempts=maximum,
-        next_attempt_at=value["next_attempt_at"],
-        lease_expires_at=lease_expires_at,
+        attempts=attempts,  # type: ignore[arg-type]
+        max_attempts=maximum,  # type: ignore[arg-type]
+        next_attempt_at=next_attempt_at,  # type: ignore[arg-type]
+        lease_expires_at=lease_expires_at,  # type: ignore[arg-type]
         lease_expired=expired,
         last_error_code=error,
-        processed_at=processed_at,
+        processed_at=processed_at,  # type: ignore[arg-type]
     )
+
+
+_RECEIVER_STATUSES = frozenset(status.value for status in ReceiverStatus)
 
 
 def reader_error_code(error: BaseException) -> tuple[str, bool]:
@@ -213,14 +243,21 @@ def reader_error_code(error: BaseException) -> tuple[str, bool]:
     both ``cms_notification_failure is True`` and ``retryable is True``. Anything else
     is a final ``reader_failure``.
     """
-    code = getattr(error, "code", None)
-    if not (isinstance(code, str) and error_code.check(code)):
+    # A valid code is an exact str (error_code's rule). An error whose attributes raise
+    # when read says nothing that can be trusted: a final reader_failure, never an
+    # exception that would leave the item leased.
+    code: object
+    try:
+        code = getattr(error, "code", None)
+        if not error_code.check(code):
+            return CODE + "reader_failure", False
+        retryable = (
+            getattr(error, "cms_notification_failure", False) is True
+            and getattr(error, "retryable", None) is True
+        )
+    except Exception:  # its own properties raised: nothing it says can be trusted
         return CODE + "reader_failure", False
-    retryable = (
-        getattr(error, "cms_notification_failure", False) is True
-        and getattr(error, "retryable", None) is True
-    )
-    return code, retryable
+    return str(code), retryable
 
 
 RESPONSE_INVALID = CODE + "response_invalid"
