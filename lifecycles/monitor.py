@@ -10,7 +10,14 @@ One deliberate difference, the reference's known defect, is fixed: a receiver
 answer whose resulting record would break any invariant (for example
 ``processing_status`` ``failed`` without an error code) fails the item with
 ``terminal_processing_monitor.response_invalid`` instead of being stored and then
-blocking every later call with ``state_invalid``.
+blocking every later call with ``state_invalid``. The other deliberate differences
+(stricter reading, hostile input refused, database errors mapped to codes) are each
+pinned by a test in ``tests/test_monitor_differences.py``.
+
+Every call checks, with one cheap query, that no other connection changed the schema
+or the meta row since the monitor verified them (``schema_altered``), and no driver
+exception (``sqlite3``, ``psycopg``) leaves a public method: each becomes
+``schema_altered``, ``database_integrity`` or ``database_unreachable``.
 """
 
 from __future__ import annotations
@@ -31,9 +38,13 @@ from lifecycles.invariants.monitor import (
     MonitorRecord,
     MonitorStatus,
     ReceiverStatus,
+    sha256_hex,
 )
 from lifecycles.invariants.monitor import (
     TERMINAL_STATUSES as _TERMINAL_STATUSES,
+)
+from lifecycles.invariants.monitor import (
+    terminal_status as terminal_status_rule,
 )
 from lifecycles.machines.core import TransitionRefused
 from lifecycles.machines.monitor import (
@@ -141,8 +152,13 @@ def blocked(
 
 
 @contextmanager
-def _public_errors() -> Iterator[None]:
-    """Translate engine and store errors into the facade's one exception type."""
+def _public_errors(store: Store[Any] | None = None) -> Iterator[None]:
+    """Translate engine and store errors into the facade's one exception type.
+
+    With ``store``, an exception of its database driver becomes the store error it
+    means (:meth:`Store.driver_error`), so no ``sqlite3`` or ``psycopg`` exception
+    leaves a public method.
+    """
     try:
         yield
     except InvariantViolation as error:
@@ -151,6 +167,11 @@ def _public_errors() -> Iterator[None]:
         raise blocked(CODE + "claim_lost") from error
     except (TransitionRefused, StoreError) as error:
         raise blocked(error.code) from error
+    except Exception as error:
+        meant = None if store is None else store.driver_error(error)
+        if meant is None:
+            raise
+        raise blocked(meant.code) from error
 
 
 @contextmanager
@@ -266,7 +287,7 @@ def canonical_sha256(value: Any) -> str:
     """SHA-256 of the canonical JSON of ``value`` (sorted keys, no spaces, UTF-8)."""
     try:
         return hashlib.sha256(canonical_json(value)).hexdigest()
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # not JSON, or a value whose own methods raised while encoded
         raise blocked(CODE + "notification_invalid") from None
 
 
@@ -320,6 +341,28 @@ class DurableTerminalProcessingMonitor:
         with _public_errors():
             self.store = _open_store(connection, expected_capabilities_sha256)
 
+    # -- the database under the monitor ---------------------------------------------
+
+    @contextmanager
+    def _schema_first(self) -> Iterator[None]:
+        """Input checks whose refusal yields to an altered database.
+
+        The reference checks the schema before the arguments of ``register`` and
+        ``claim``; here the check runs inside the write transaction (one query per
+        call), so a refused argument first asks whether the database was altered,
+        and the same code wins as in the reference.
+        """
+        try:
+            yield
+        except TerminalProcessingMonitorBlocked:
+            self._check_schema()
+            raise
+
+    def _check_schema(self) -> None:
+        """One cheap query: refuse when another connection altered the schema or meta row."""
+        with _public_errors(self.store):
+            self.store.check_schema()
+
     # -- registering ------------------------------------------------------------
 
     def register(
@@ -330,39 +373,55 @@ class DurableTerminalProcessingMonitor:
         max_failures: int = 5,
         now: float | int,
     ) -> TerminalProcessingStatus:
-        moment = _time(now)
-        if isinstance(max_failures, bool) or not isinstance(max_failures, int) or not (
-            1 <= max_failures <= 20
-        ):
-            raise blocked(CODE + "max_failures_invalid")
-        record = self._notification_record(notification, notification_sha256, max_failures, moment)
-        with _public_errors(), _unique_is_collision():
+        with self._schema_first():
+            moment = _time(now)
+            if isinstance(max_failures, bool) or not isinstance(max_failures, int) or not (
+                1 <= max_failures <= 20
+            ):
+                raise blocked(CODE + "max_failures_invalid")
+            record = self._notification_record(
+                notification, notification_sha256, max_failures, moment
+            )
+        with _public_errors(self.store), _unique_is_collision():
             stored = self.store.insert(MONITOR.create(record))
         identity = ("notification_id", "site_id", "terminal_status", "notification_sha256",
                     "max_failures")
         if any(getattr(stored, name) != getattr(record, name) for name in identity):
             raise blocked(CODE + "idempotency_collision")
-        return self.status(record.event_id, now=moment)
+        return self._stored_status(record.event_id, moment)
 
     @staticmethod
     def _notification_record(
         notification: Any, notification_sha256: Any, max_failures: int, now: float
     ) -> MonitorRecord:
+        """The record a valid notification registers; refused: ``notification_invalid``.
+
+        The notification is read once, through what the reference reads of it
+        (iteration and item access), into a plain dict; any failure of its own code
+        makes it invalid. Every check, the digest and the stored values then come from
+        that one copy, and no method of a value runs: compared values must be exact
+        ``str`` (a subclass may compare equal to an allowed value while holding
+        another, which the database would store).
+        """
         invalid = blocked(CODE + "notification_invalid")
+        if not isinstance(notification, dict):  # the reference's JSON digest refuses others
+            raise invalid
         try:
-            fields = {name: notification[name] for name in (
-                "event_id", "notification_id", "site_id", "terminal_status"
-            )}
-        except (KeyError, TypeError):
+            value = {key: notification[key] for key in notification}
+        except Exception:  # its own __iter__ or __getitem__ raised: nothing to register
             raise invalid from None
+        if any(type(key) is not str for key in value) or set(value) != NOTIFICATION_FIELDS:
+            raise invalid
+        fields = {name: value[name] for name in (
+            "event_id", "notification_id", "site_id", "terminal_status"
+        )}
+        schema = value["schema"]
         if (
-            not isinstance(notification, Mapping)
-            or set(notification) != NOTIFICATION_FIELDS
-            or notification.get("schema") != NOTIFICATION_SCHEMA
+            type(schema) is not str or schema != NOTIFICATION_SCHEMA
             or not all(token.check(fields[n]) for n in ("event_id", "notification_id", "site_id"))
-            or fields["terminal_status"] not in TERMINAL_STATUSES
-            or not (isinstance(notification_sha256, str) and len(notification_sha256) == 64)
-            or canonical_sha256(notification) != notification_sha256
+            or not terminal_status_rule.check(fields["terminal_status"])
+            or not sha256_hex.check(notification_sha256)
+            or canonical_sha256(value) != notification_sha256
         ):
             raise invalid
         return new_record(
@@ -382,16 +441,17 @@ class DurableTerminalProcessingMonitor:
         return None if record is None else MonitorRow(record)
 
     def _claim(self, worker_id: Any, now: Any, lease_seconds: Any) -> MonitorRecord | None:
-        if not token.check(worker_id) or len(worker_id) > _MAX_WORKER_ID:
-            raise blocked(CODE + "worker_invalid")
-        moment = _time(now)
-        seconds = _duration(lease_seconds, "lease_invalid")
+        with self._schema_first():
+            if not token.check(worker_id) or len(worker_id) > _MAX_WORKER_ID:
+                raise blocked(CODE + "worker_invalid")
+            moment = _time(now)
+            seconds = _duration(lease_seconds, "lease_invalid")
         inputs = MonitorInputs(
             now=moment, policy=self.policy, worker_id=worker_id,
             lease_token=new_lease_token(), lease_seconds=seconds,
         )
-        with _public_errors():
-            return self.store.claim(inputs)
+        with _public_errors(self.store):
+            return self.store.claim(inputs)  # its transaction checks the schema first
 
     def run_once(
         self,
@@ -422,7 +482,8 @@ class DurableTerminalProcessingMonitor:
             self._fail(claimed.event_id, lease, code, retryable)
         else:
             self._complete(claimed.event_id, lease, answer)
-        result = self.status(claimed.event_id, now=moment)
+        # The write just checked the schema in its own transaction: no second check here.
+        result = self._stored_status(claimed.event_id, moment)
         return TerminalProcessingOutcome(
             result.event_id, result.notification_id, result.status,
             result.poll_attempts, result.last_error_code,
@@ -432,16 +493,18 @@ class DurableTerminalProcessingMonitor:
         """Record the receiver's answer, or fail the item when the answer cannot be trusted.
 
         The rule (:func:`complete_with_answer`) is the machine's; here it only fires
-        through the store, in one transaction with the re-read of the leased record.
+        through the store, in one transaction with the re-read of the leased record
+        (the transaction first checks that the schema was not altered while the
+        reader ran, so nothing is written into an altered database).
         """
-        with _public_errors(), self.store.transaction():
+        with _public_errors(self.store), self.store.transaction():
             complete_with_answer(
                 self._leased_record(event_id), answer, lease, fire=self._fire_stored
             )
 
     def _fail(self, event_id: str, lease: MonitorInputs, code: str, retryable: bool) -> None:
         step = attrs.evolve(lease, error_code=code, retryable=retryable)
-        with _public_errors(), self.store.transaction():
+        with _public_errors(self.store), self.store.transaction():
             self._fire_stored("fail_attempt", self._leased_record(event_id), step)
 
     def _fire_stored(
@@ -463,18 +526,22 @@ class DurableTerminalProcessingMonitor:
     # -- reading -------------------------------------------------------------------
 
     def status(self, event_id: str, *, now: float | int) -> TerminalProcessingStatus:
+        self._check_schema()  # first, as in the reference
         if not token.check(event_id):
             raise blocked(CODE + "event_invalid")
-        moment = _time(now)
-        with _public_errors():
+        return self._stored_status(event_id, _time(now))
+
+    def _stored_status(self, event_id: str, now: float) -> TerminalProcessingStatus:
+        with _public_errors(self.store):
             record = self.store.get(event_id)
         if record is None:
             raise blocked(CODE + "missing")
-        return _status_of(record, moment)
+        return _status_of(record, now)
 
     def health(self, *, now: float | int) -> TerminalProcessingHealth:
-        moment = _time(now)
-        with _public_errors():
+        moment = _time(now)  # before the schema, as in the reference
+        with _public_errors(self.store):
+            self.store.check_schema()
             if self.store.integrity_problems():
                 raise blocked(CODE + "database_integrity")
             for _ in self.store.scan():  # every stored record must still hold every rule
