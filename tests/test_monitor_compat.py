@@ -23,6 +23,7 @@ from reference import require_reference
 import lifecycles.monitor as lifecycles_monitor
 
 reference = require_reference("terminal_processing_monitor")
+CODE = "terminal_processing_monitor."
 IMPLEMENTATIONS = {"reference": reference, "lifecycles": lifecycles_monitor}
 
 ANSWER_KINDS = ("succeeded", "failed", "pending", "leased", "retry_wait")
@@ -258,3 +259,114 @@ def test_one_database_shared_by_both_implementations_behaves_like_the_reference_
             got, expected = as_tuple(call(served, concrete)), as_tuple(call(alone, concrete))
             assert got == expected, (step, operation, "lifecycles" if ours else "reference")
         assert dump(shared["reference"].connection) == dump(alone.connection)
+
+
+# --- the database changed under an open monitor --------------------------------------
+# Another connection changes the schema or the meta row after both monitors opened; each
+# implementation gets the same change on its own file and must answer the next call of
+# every public method as the reference does, and leave the same rows. Dropping the meta
+# table (or replacing it with a version-1 one) crashes the reference with a raw
+# sqlite3.OperationalError: that difference is pinned in test_monitor_differences.py.
+
+TABLE, META = "cms_source_terminal_processing", "cms_source_terminal_processing_meta"
+SCHEMA_CHANGES: dict[str, list[str]] = {
+    "add_column": [f"ALTER TABLE {TABLE} ADD COLUMN extra TEXT"],
+    "rename_column": [f"ALTER TABLE {TABLE} RENAME COLUMN site_id TO site"],
+    "drop_table": [f"DROP TABLE {TABLE}"],
+    "rename_table": [f"ALTER TABLE {TABLE} RENAME TO {TABLE}_old"],
+    "recreate_table_identical": [],  # the table's own CREATE statements, read from the file
+    "delete_meta_row": [f"DELETE FROM {META}"],
+    "rewrite_meta_version": ["PRAGMA ignore_check_constraints = ON",
+                             f"UPDATE {META} SET schema_version = 3"],
+    "rewrite_capabilities": [f"UPDATE {META} SET expected_capabilities_sha256 = '{'e' * 64}'"],
+}
+NEXT_CALLS: dict[str, tuple[Any, ...]] = {
+    "register": ("register", 200, 5, 3),
+    "claim": ("claim", 200, "w1", 600),
+    "run_once": ("run_once", 200, "succeeded", "w1", 600),
+    "status": ("status", 200, 0),
+    "health": ("health", 200),
+}
+
+
+def plant(path: Path, statements: list[str]) -> None:
+    """Run ``statements`` on a connection of their own (the monitor's stays open)."""
+    other = sqlite3.connect(path, isolation_level=None)
+    if not statements:  # recreate the table exactly as it was, index included, but empty
+        definitions = [sql for (sql,) in other.execute(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = ? AND sql IS NOT NULL"
+            " ORDER BY type DESC", (TABLE,)
+        )]
+        statements = [f"DROP TABLE {TABLE}", *definitions]
+    for statement in statements:
+        other.execute(statement)
+    other.close()
+
+
+def every_table(path: Path) -> list[Any]:
+    other = sqlite3.connect(path)
+    try:
+        return [
+            (name, *other.execute(f"SELECT * FROM {name} ORDER BY 1").fetchall())
+            for (name,) in other.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            ).fetchall()
+        ]
+    finally:
+        other.close()
+
+
+def opened_then_changed(module: ModuleType, path: Path, change: str) -> Any:
+    monitor = module.DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
+    for index in range(2):
+        monitor.register(*notification(index), now=100)
+    plant(path, SCHEMA_CHANGES[change])
+    return monitor
+
+
+@pytest.mark.parametrize("method", NEXT_CALLS)
+@pytest.mark.parametrize("change", SCHEMA_CHANGES)
+def test_a_schema_or_meta_change_after_opening_is_answered_as_the_reference_does(
+    tmp_path: Path, change: str, method: str
+) -> None:
+    answers, tables = {}, {}
+    for name, module in IMPLEMENTATIONS.items():
+        path = tmp_path / f"{name}.db"
+        monitor = opened_then_changed(module, path, change)
+        answers[name] = as_tuple(call(monitor, NEXT_CALLS[method]))
+        tables[name] = every_table(path)
+    assert answers["lifecycles"] == answers["reference"]
+    assert tables["lifecycles"] == tables["reference"]
+    if change != "recreate_table_identical":
+        assert answers["reference"] == ("error", "blocked", CODE + "schema_altered")
+
+
+# Invalid arguments on an altered database: the reference checks the schema first in
+# register, claim and status (and so does lifecycles), the arguments first in health
+# and in run_once's own reader and time checks.
+BAD_CALLS: dict[str, Callable[[Any], Any]] = {
+    "register_bad_time": lambda m: m.register(*notification(5), now=-1),
+    "register_bad_notification": lambda m: m.register({}, "a" * 64, now=200),
+    "claim_bad_worker": lambda m: m.claim("no spaces", now=200),
+    "claim_bad_lease": lambda m: m.claim("w1", now=200, lease_seconds=0),
+    "run_once_bad_reader": lambda m: m.run_once(None, "w1", now=200),
+    "run_once_bad_time": lambda m: m.run_once(reader_for("pending"), "w1", now=-1),
+    "run_once_bad_worker": lambda m: m.run_once(reader_for("pending"), "no spaces", now=200),
+    "status_bad_event": lambda m: m.status("no spaces", now=200),
+    "status_bad_time": lambda m: m.status("e0", now=-1),
+    "health_bad_time": lambda m: m.health(now=-1),
+}
+
+
+@pytest.mark.parametrize("bad_call", BAD_CALLS)
+def test_invalid_arguments_on_an_altered_database_get_the_references_code(
+    tmp_path: Path, bad_call: str
+) -> None:
+    codes = {}
+    for name, module in IMPLEMENTATIONS.items():
+        monitor = opened_then_changed(module, tmp_path / f"{name}.db", "add_column")
+        try:
+            BAD_CALLS[bad_call](monitor)
+        except Exception as error:  # both sides raise their own class: compare the code
+            codes[name] = getattr(error, "code", type(error).__name__)
+    assert codes["lifecycles"] == codes["reference"]
