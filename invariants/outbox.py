@@ -321,6 +321,7 @@ PLACEMENT_INVARIANTS: InvariantSet[PlacedRecord] = InvariantSet(
 STORED_FILE_RULES = (
     "record_size_bound",
     "record_is_regular_file",
+    "record_single_link",
     "record_decodes",
     "record_is_object",
     "record_keys_exact",
@@ -352,6 +353,7 @@ RULE_MESSAGES: Mapping[str, str] = {
     "quarantined_has_reason": "quarantined record has no reason",
     "record_size_bound": "outbox record exceeds the durable size bound",
     "record_is_regular_file": "outbox record is not a regular file",
+    "record_single_link": "outbox record has another hard link (another name shares its file)",
     "record_is_object": "outbox record must be an object",
     "file_name_matches_key": "outbox record file name does not match its entry_id",
 }

@@ -27,7 +27,13 @@ from lifecycles.outbox import (
     corrupt_message,
     default_state_dir,
 )
-from lifecycles.stores.files import FilesStore, StoreMissing, UnsafePath, UntrustedRecord
+from lifecycles.stores.files import (
+    FilesStore,
+    StoreMissing,
+    UnsafePath,
+    UntrustedRecord,
+    printable_name,  # a planted name need not be UTF-8; the output must be
+)
 
 EXIT_OK, EXIT_UNTRUSTED, EXIT_USAGE, EXIT_NO_OUTBOX, EXIT_UNUSABLE = 0, 1, 2, 4, 5
 EXIT_CODES = (
@@ -88,7 +94,8 @@ def outbox_status(state_dir: Path) -> dict[str, Any]:
                     record = store.read_named(directory, name)
                 except UntrustedRecord as error:
                     untrusted.append(
-                        {"directory": directory, "file": name, "reason": corrupt_message(error),
+                        {"directory": directory, "file": printable_name(name),
+                         "reason": corrupt_message(error),
                          "rules": list(error.rules)}
                     )
                     continue
@@ -98,8 +105,8 @@ def outbox_status(state_dir: Path) -> dict[str, Any]:
                     oldest = record
         quarantine = [
             {
-                "file": entry.name,
-                "entry_id": _text(entry.reason, "entry_id", entry.stem),
+                "file": printable_name(entry.name),
+                "entry_id": _text(entry.reason, "entry_id", printable_name(entry.stem)),
                 "quarantined_at": _text(entry.reason, "quarantined_at", None),
                 "reason": _text(entry.reason, "reason", None),
             }

@@ -50,9 +50,11 @@ from lifecycles.invariants.outbox import (
 )
 from lifecycles.machines.core import TransitionRefused
 from lifecycles.machines.outbox import CONFLICT, OUTBOX, OutboxInputs
+from lifecycles.stores.base import StoreError
 from lifecycles.stores.files import (
     FilesLayout,
     FilesStore,
+    Reentered,
     StoreMissing,
     UnsafePath,
     UntrustedRecord,
@@ -110,6 +112,17 @@ class OutboxUnsafePathError(CloseOutboxError):
     """A store directory or the lock file is a symbolic link or not what it must be."""
 
     code = "close_outbox.unsafe_path"
+
+
+class OutboxReentryError(CloseOutboxError):
+    """``replay`` was called again from inside its own ``deliver`` callback.
+
+    The outer call holds the outbox's records mid-delivery; a nested replay would deliver
+    them a second time and overwrite the outer call's outcomes. (The reference deadlocks
+    here: its nested ``flock`` waits for itself.)
+    """
+
+    code = "close_outbox.replay_reentered"
 
 
 # --- requests ----------------------------------------------------------------------
@@ -250,7 +263,15 @@ def _now() -> str:
 def corrupt_message(error: UntrustedRecord) -> str:
     """The reference's message for a stored file that breaks ``error.rules[0]``."""
     rule = error.rules[0]
-    if rule in ("record_decodes", "record_keys_exact", "status_matches_directory", "record_shape"):
+    if rule in (
+        "record_decodes",
+        "record_keys_exact",
+        "status_matches_directory",
+        "record_shape",
+        # no message of the reference's: it follows links and opens any kind of file
+        "record_is_regular_file",
+        "record_single_link",
+    ):
         return error.detail
     return describe(rule, error.field, error.value)
 
@@ -328,16 +349,18 @@ class CloseOutbox:
         exception (``KeyboardInterrupt``) propagates after the outcomes so far are
         written, leaving the remaining entries pending with their attempt counted. A
         crash during the deliveries repeats them on the next replay (at-least-once).
+        ``replay`` called again from inside ``deliver`` (through any outbox object on
+        this directory) raises :class:`OutboxReentryError` and changes nothing.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ValueError("limit must be an integer between 1 and 1000")
         attempted = delivered = failed = quarantined = 0
         pending = OutboxStatus.PENDING.value
-        with _translated_store_errors(), self.store.locked():
-            names, total = self.store.first_names(pending, limit)
+        with _translated_store_errors(), self.store.exclusive("replay"):
+            listing = self.store.first_names(pending, limit)
             changes_before = self.store.changes_seen(pending)
             ready: list[OutboxRecord] = []
-            for name in names:
+            for name in listing.first:
                 try:
                     record = self.store.read_named(pending, name)
                 except UntrustedRecord as error:
@@ -381,7 +404,14 @@ class CloseOutbox:
                 with self.store.transaction():
                     for record, trigger, inputs in outcomes:
                         self.store.fire(record, trigger, inputs)
-            remaining = total + self.store.changes_seen(pending) - changes_before
+            # What the directory holds now, less the copies shadowed by delivered/ (the
+            # tails of interrupted moves, usually none): not pending, whatever their file.
+            remaining = (
+                listing.total
+                + self.store.changes_seen(pending)
+                - changes_before
+                - len(self.store.shadowed(pending, listing.shadowed))
+            )
             return ReplayReport(
                 attempted=attempted,
                 delivered=delivered,
@@ -391,6 +421,9 @@ class CloseOutbox:
             )
 
     def pending_count(self) -> int:
+        """The ``*.json`` files in ``pending/``, less those ``delivered/`` also holds (the
+        source of an interrupted move, which the next replay removes, or a conflict it
+        quarantines): an identity delivered is not pending."""
         with _translated_store_errors():
             return self.store.count(OutboxStatus.PENDING.value)
 
@@ -401,10 +434,17 @@ def _quarantined_identity() -> OutboxCorruptError:
 
 @contextmanager
 def _translated_store_errors() -> Iterator[None]:
+    """Every store error leaves the outbox as a :class:`CloseOutboxError` subclass."""
     try:
         yield
     except (UnsafePath, StoreMissing) as error:
         raise OutboxUnsafePathError(str(error)) from error
+    except Reentered as error:
+        raise OutboxReentryError(
+            "replay was called from inside its own deliver callback"
+        ) from error
+    except StoreError as error:  # e.g. StaleRecord: a record changed under the call
+        raise CloseOutboxError(str(error)) from error
 
 
 __all__ = [
@@ -417,6 +457,7 @@ __all__ = [
     "InvalidCloseRequestError",
     "OutboxConflictError",
     "OutboxCorruptError",
+    "OutboxReentryError",
     "OutboxUnsafePathError",
     "ReplayReport",
     "default_state_dir",

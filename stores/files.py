@@ -28,8 +28,11 @@ Guarantees (beyond :mod:`lifecycles.stores.base`):
 * **Interrupted moves.** A crash (or a failed unlink) between a move's two steps
   leaves the record in both directories: :meth:`FilesStore.get` trusts the first of
   the layout's ``search_order``, and :meth:`FilesStore.finish_interrupted_move`
-  removes the source once it is proven to be exactly what a row moved. Temp files of
-  writers that died mid-write are removed by the next listing of their directory.
+  removes the source once it is proven to be exactly what a row moved; until then the
+  shadowed copy is not counted (:meth:`FilesStore.shadowed`). Temp files of writers
+  that died mid-write are removed by the next listing of their directory, and from the
+  directories no routine query lists (final statuses, quarantine) when a writing store
+  is opened.
 * **Locking.** Every operation holds an exclusive ``flock`` on ``.lock``: safe across
   processes; within a process a re-entrant guard per lock file (keyed by its inode)
   lets nested use by the same thread proceed, even through a second store object,
@@ -46,7 +49,17 @@ Guarantees (beyond :mod:`lifecycles.stores.base`):
   JSON, wrong keys, broken rules, in the wrong directory) is reported as
   :class:`UntrustedRecord`; :meth:`FilesStore.quarantine_material` moves it aside with
   a reason file. The lease queries quarantine it themselves, so one bad file never
-  blocks a queue.
+  blocks a queue. Material keeps its own stem unless that is not a safe file name
+  (:func:`quarantine_stem`).
+* **Hostile entries.** No directory entry blocks the store or makes it touch anything
+  outside it. An entry's kind is checked (``lstat``) before it is opened: a directory,
+  link, FIFO, socket or device under a record name is untrusted material, never opened;
+  so is a regular file with more than one hard link (another name shares its inode),
+  and no inode with more than one link is ever re-moded or written (a quarantine moves
+  its name only). Names that are not UTF-8 are handled as the surrogate-escaped text
+  ``os.listdir`` gives, and written into reasons as escaped text (:func:`printable_name`).
+  Entries that are not ``*.json`` and not a writer's leftover temporary file (a regular
+  file with one link) are ignored, as the reference ignores them.
 """
 
 from __future__ import annotations
@@ -63,7 +76,7 @@ import secrets
 import stat
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from operator import methodcaller
@@ -85,7 +98,6 @@ R = TypeVar("R")
 SUFFIX = ".json"
 ERROR_SUFFIX = ".error.json"
 SAFE_STEM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}")
-HASHED_STEM = re.compile(r"_[0-9a-f]{64}")
 DIRECTORY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # Ours: .<name>.<16 hex>.tmp; the reference's: .<name>.<32 hex>.tmp
 TEMPORARY_NAME = re.compile(r"\..+\.[0-9a-f]{16,32}\.tmp")
@@ -96,14 +108,31 @@ _IS_JSON = methodcaller("endswith", SUFFIX)
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-READ_LOCK_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC  # flock needs no write access
+# O_NONBLOCK: a FIFO planted at the lock's name must not hang the open (it is refused).
+LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+READ_LOCK_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # flock: no write
+# A quarantined entry keeps its own stem when the stem is printable UTF-8 and short enough
+# that "<stem>.<tag>.error.json" and its temporary file fit in NAME_MAX (255 bytes).
+QUARANTINE_STEM = re.compile(r"[^\x00-\x1f\x7f/]+")
+MAX_QUARANTINE_STEM_BYTES = 200
+GENERATED_STEM_PREFIX = "invalid-name-"
+# Whether a shadowed-copy check probes each name or lists the other directory: probing
+# costs about three times a listed entry; a directory's st_size grows with its entries
+# (ext4, XFS, btrfs, tmpfs: 20 to 70 bytes each). Cost only: both ways are exact.
+PROBE_AT_MOST = 256
+BYTES_PER_ENTRY_GUESS = 64
 
 
 class UnsafePath(StoreError):
     """A directory or the lock file is a symbolic link or not what it must be."""
 
     code = "lifecycles.store_unsafe_path"
+
+
+class Reentered(StoreError):
+    """A section that must not be re-entered was entered again by the thread inside it."""
+
+    code = "lifecycles.store_reentered"
 
 
 class StoreMissing(StoreError):
@@ -206,9 +235,52 @@ def stem_for(key: str) -> str:
     return "_" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _safe_stem(stem: str) -> str:
-    """A stem read from a directory, kept only when it could have been written by us."""
-    return stem if SAFE_STEM.fullmatch(stem) or HASHED_STEM.fullmatch(stem) else "invalid-name"
+def printable_name(name: str) -> str:
+    """``name`` as text that can be written anywhere (JSON, a terminal, a log).
+
+    ``os.listdir`` gives the bytes of a name that are not UTF-8 as lone surrogates
+    (``surrogateescape``); they cannot be encoded, so they become ``\\xNN`` escapes.
+    """
+    try:
+        raw = name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that no undecodable byte produced
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def quarantine_stem(name: str) -> tuple[str, str | None]:
+    """The stem under which entry ``name`` is quarantined, and its original name when
+    that stem had to be generated.
+
+    As the reference does, material keeps its own stem (``x.json`` -> ``x``), so the
+    quarantine says where it came from. A stem that is not a safe file name (not UTF-8,
+    control characters, empty, too long for the quarantine's names) is replaced by
+    ``invalid-name-`` and 16 hex digits of the SHA-256 of the name's bytes; the reason
+    file then records the original name as escaped text.
+    """
+    stem = name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
+    try:
+        size = len(stem.encode("utf-8"))
+    except UnicodeEncodeError:  # bytes that are not UTF-8
+        size = -1
+    if 0 < size <= MAX_QUARANTINE_STEM_BYTES and QUARANTINE_STEM.fullmatch(stem):
+        return stem, None
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return GENERATED_STEM_PREFIX + digest, printable_name(name)
+
+
+def _kind_of(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
 def utc_now() -> str:
@@ -233,6 +305,8 @@ class _ProcessLock:
     # only while the lock is held (no one else writes then); cleared on every change
     # this process makes and when the lock is released.
     memo: dict[tuple[str, str, str], Any] = attrs.field(factory=dict)
+    # Sections (FilesStore.exclusive) the holding thread is inside.
+    sections: set[str] = attrs.field(factory=set)
 
 
 _REGISTRY: dict[tuple[int, int], _ProcessLock] = {}
@@ -424,6 +498,14 @@ class FilesStore(Store[R]):
                     os.fchmod(handles.root, 0o700)
             for name in self._all_directories:
                 handles.directories[name] = _open_directory(name, handles.root, create=create)
+            if create:
+                # Routine queries list the directories of non-final statuses on every
+                # call, and sweep writers' leftover temporary files from them then; the
+                # others (final statuses, the quarantine) are swept here, once per open.
+                final = {status.value for status in lifecycle.final}
+                for status, directory in self.layout.directories.items():
+                    if status in final or directory == self.layout.quarantine_directory:
+                        self._names(directory)
 
     # -- locking -----------------------------------------------------------------
 
@@ -498,11 +580,24 @@ class FilesStore(Store[R]):
         except OSError as error:
             if error.errno == errno.ELOOP:
                 raise UnsafePath(f"lock file {self.layout.lock_name} is a symbolic link") from None
+            if error.errno in (errno.EISDIR, errno.ENXIO):  # a directory; a socket
+                raise UnsafePath(
+                    f"lock file {self.layout.lock_name} is not a regular file"
+                ) from None
             raise
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                raise UnsafePath(f"lock file {self.layout.lock_name} is not a regular file")
+                raise UnsafePath(
+                    f"lock file {self.layout.lock_name} is {_kind_of(info.st_mode)}, "
+                    "not a regular file"
+                )
+            if info.st_nlink > 1:
+                # Another name shares the inode: re-moding it would change that file too,
+                # and flock on it would contend with whoever uses that name.
+                raise UnsafePath(
+                    f"lock file {self.layout.lock_name} has {info.st_nlink} hard links"
+                )
             if (
                 self.create
                 and stat.S_IMODE(info.st_mode) != 0o600
@@ -587,6 +682,23 @@ class FilesStore(Store[R]):
         handles = self._handles
         if handles is not None:
             handles.process_lock.changes[status] += delta
+
+    @contextmanager
+    def exclusive(self, section: str) -> Iterator[None]:
+        """Hold the lock for a block that the thread inside it must not enter again,
+        through this or any other store object on the same root (e.g. from a callback
+        the block calls): a second entry raises :class:`Reentered`, changing nothing."""
+        with self.locked():
+            handles = self._handles
+            assert handles is not None
+            sections = handles.process_lock.sections
+            if section in sections:
+                raise Reentered(f"{section} was called again from inside itself")
+            sections.add(section)
+            try:
+                yield
+            finally:
+                sections.discard(section)
 
     def changes_seen(self, status: str) -> int:
         """Net files added to ``status``'s directory by this process while it held the lock."""
@@ -707,9 +819,13 @@ class FilesStore(Store[R]):
             return False
         return True
 
-    def _reason_bytes(self, stem: str, reason: str) -> bytes:
-        reason_text = " ".join(reason.split())[:MAX_REASON_LENGTH]
+    def _reason_bytes(self, stem: str, reason: str, original_name: str | None = None) -> bytes:
+        """The reason file: the reference's three keys, and ``original_name`` (escaped
+        text) when the material's own name could not be kept as its stem."""
+        reason_text = printable_name(" ".join(reason.split())[:MAX_REASON_LENGTH])
         document = {"entry_id": stem, "quarantined_at": utc_now(), "reason": reason_text}
+        if original_name is not None:
+            document["original_name"] = original_name
         return canonical_json(document) + b"\n"
 
     # -- reading ------------------------------------------------------------------
@@ -725,29 +841,59 @@ class FilesStore(Store[R]):
         memo[remembered] = data
         return data
 
+    def _entry_problem(self, name: str, info: os.stat_result) -> UntrustedRecord | None:
+        """Why the entry ``info`` describes cannot hold a record (``None``: it may)."""
+        noun = self.layout.noun
+        if not stat.S_ISREG(info.st_mode):
+            return self._untrusted(
+                name, "record_is_regular_file", f"{noun} is {_kind_of(info.st_mode)}"
+            )
+        if info.st_nlink > 1:
+            # Whoever holds the other name can change the content at will, and a chmod
+            # or rewrite in place would change their file: the store trusts and touches
+            # only files that it alone names.
+            return self._untrusted(
+                name,
+                "record_single_link",
+                f"{noun} has {info.st_nlink} hard links (another name shares its file)",
+            )
+        if info.st_size > self.layout.max_file_bytes:
+            return self._untrusted(
+                name, "record_size_bound", f"{noun} exceeds the durable size bound"
+            )
+        return None
+
     def _read_file(self, directory: str, name: str) -> bytes | None:
         dir_fd = self._dir_fd(directory)
+        # The entry's kind is checked before it is opened: opening a socket fails, a FIFO
+        # can block, a device can act. The descriptor is checked again after the open.
+        try:
+            entry = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        problem = self._entry_problem(name, entry)
+        if problem is not None:
+            raise problem
         try:
             fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
         except FileNotFoundError:
             return None
         except OSError as error:
-            if error.errno == errno.ELOOP:
+            if error.errno in (errno.ELOOP, errno.ENXIO):  # swapped since the stat
                 raise self._untrusted(
-                    name, "record_is_regular_file", f"{self.layout.noun} is a symbolic link"
+                    name, "record_is_regular_file", f"{self.layout.noun} is not a regular file"
                 ) from None
             raise
         try:
             info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise self._untrusted(
-                    name, "record_is_regular_file", f"{self.layout.noun} is not a regular file"
+            problem = self._entry_problem(name, info)
+            if (info.st_dev, info.st_ino) != (entry.st_dev, entry.st_ino):
+                problem = self._untrusted(
+                    name, "record_is_regular_file", f"{self.layout.noun} changed while opened"
                 )
+            if problem is not None:
+                raise problem
             limit = self.layout.max_file_bytes
-            if info.st_size > limit:
-                raise self._untrusted(
-                    name, "record_size_bound", f"{self.layout.noun} exceeds the durable size bound"
-                )
             chunks: list[bytes] = []
             size = 0
             while size <= limit:
@@ -785,7 +931,9 @@ class FilesStore(Store[R]):
             )
         except (UnicodeError, ValueError, RecursionError) as error:
             raise self._untrusted(
-                name, "record_decodes", f"cannot decode {noun} {name}: {type(error).__name__}"
+                name,
+                "record_decodes",
+                f"cannot decode {noun} {printable_name(name)}: {type(error).__name__}",
             ) from None
         if not isinstance(value, dict):
             raise self._untrusted(name, "record_is_object", f"{noun} must be an object")
@@ -828,7 +976,9 @@ class FilesStore(Store[R]):
         expected = stem_for(self.lifecycle.key_of(record))
         if not (name == expected + SUFFIX or self._is_quarantine_name_of(name, expected)):
             raise self._untrusted(
-                name, "file_name_matches_key", f"{noun} file name {name} does not match its key"
+                name,
+                "file_name_matches_key",
+                f"{noun} file name {printable_name(name)} does not match its key",
             )
         return record
 
@@ -981,12 +1131,15 @@ class FilesStore(Store[R]):
 
     # -- listing ------------------------------------------------------------------
 
-    def first_names(self, status: str, limit: int) -> tuple[list[str], int]:
-        """The ``limit`` smallest ``*.json`` names in ``status``'s directory, and how many
-        there are, from one pass over the directory (no full sort)."""
+    def first_names(self, status: str, limit: int) -> Listing:
+        """The ``limit`` smallest ``*.json`` names in ``status``'s directory, how many
+        there are, and which are shadowed (see :meth:`shadowed`), from one pass over the
+        directory (no full sort)."""
         with self.locked():
             names = self._names(status)
-            return heapq.nsmallest(limit, names), len(names)
+            return Listing(
+                heapq.nsmallest(limit, names), len(names), self._shadowed(status, names)
+            )
 
     def _names(self, status: str) -> list[str]:
         """One pass over a directory: its ``*.json`` names; on the way, the temp files of
@@ -1002,10 +1155,53 @@ class FilesStore(Store[R]):
         if quarantine:
             names = [name for name in names if not name.endswith(ERROR_SUFFIX)]
         if stale and self.create:
-            for name in stale:
+            removed = [name for name in stale if self._is_leftover(dir_fd, name)]
+            for name in removed:
                 os.unlink(name, dir_fd=dir_fd)
-            self._unsynced(dir_fd)
+            if removed:
+                self._unsynced(dir_fd)
         return names
+
+    @staticmethod
+    def _is_leftover(dir_fd: int, name: str) -> bool:
+        """Whether a temp-named entry is what a dead writer leaves: a regular file with
+        one link. Anything else (a directory, a FIFO, a link) was put there by someone
+        else under a look-alike name, and is left alone: never opened, never counted."""
+        try:
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return stat.S_ISREG(info.st_mode) and info.st_nlink == 1
+
+    def shadowed(self, status: str, names: Collection[str]) -> set[str]:
+        """Which of ``names`` are in ``status``'s directory *and* in a directory that
+        ``search_order`` puts before it: copies :meth:`get` never returns, left by a move
+        that was interrupted before it unlinked its source (or planted). They are not
+        counted as records of ``status``."""
+        with self.locked():
+            dir_fd = self._dir_fd(status)
+            present = [
+                name for name in names
+                if os.access(name, os.F_OK, dir_fd=dir_fd, follow_symlinks=False)
+            ]
+            return self._shadowed(status, present)
+
+    def _shadowed(self, status: str, names: Collection[str]) -> set[str]:
+        order = self.layout.search_order
+        if not names or status not in order:
+            return set()
+        found: set[str] = set()
+        for other in order[: order.index(status)]:
+            dir_fd = self._dir_fd(other)
+            entries_guess = os.fstat(dir_fd).st_size // BYTES_PER_ENTRY_GUESS
+            if len(names) <= max(PROBE_AT_MOST, entries_guess // 3):
+                found.update(
+                    name for name in names
+                    if os.access(name, os.F_OK, dir_fd=dir_fd, follow_symlinks=False)
+                )
+            else:
+                found.update(set(names).intersection(os.listdir(dir_fd)))
+        return found
 
     def names(self, status: str) -> list[str]:
         """Every ``*.json`` name in ``status``'s directory (quarantine: material only), unsorted."""
@@ -1013,9 +1209,11 @@ class FilesStore(Store[R]):
             return self._names(status)
 
     def count(self, status: str) -> int:
-        """How many ``*.json`` files ``status``'s directory holds (quarantine: material only)."""
+        """How many ``*.json`` files ``status``'s directory holds (quarantine: material
+        only), not counting copies shadowed by an earlier directory (:meth:`shadowed`)."""
         with self.locked():
-            return len(self._names(status))
+            names = self._names(status)
+            return len(names) - len(self._shadowed(status, names))
 
     def exists(self, key: str, status: str) -> bool:
         """Whether anything at all sits at ``key``'s file name in ``status``'s directory."""
@@ -1057,14 +1255,18 @@ class FilesStore(Store[R]):
         """
         if "/" in name or "\0" in name or name in (".", ".."):
             raise ValueError(f"not a directory entry name: {name!r}")
-        stem = _safe_stem(name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name)
+        stem, original = quarantine_stem(name)
         tag = secrets.token_hex(6)
         target = f"{stem}.{tag}{SUFFIX}"
         with self.locked():
             self._forget((status, name), (self.layout.quarantine_directory, target))
             source = self._dir_fd(status)
             directory = self._dir_fd(self.layout.quarantine_directory)
-            self._write(directory, f"{stem}.{tag}{ERROR_SUFFIX}", self._reason_bytes(stem, reason))
+            self._write(
+                directory, f"{stem}.{tag}{ERROR_SUFFIX}", self._reason_bytes(stem, reason, original)
+            )
+            # Whatever the entry is (a file, a directory, a link, a FIFO), only its name
+            # moves: nothing is opened, and a shared inode keeps its content.
             os.replace(name, target, src_dir_fd=source, dst_dir_fd=directory)
             os.fsync(source)
             os.fsync(directory)
@@ -1073,15 +1275,24 @@ class FilesStore(Store[R]):
         return target
 
     def _make_private(self, dir_fd: int, name: str) -> None:
-        # Planted material keeps the mode it came with; quarantine holds only 0600 files.
+        """Quarantined material is made 0600, like every file of the store, when it is a
+        regular file that this user owns and that no other name shares: anything else
+        (a link, a FIFO, a socket, a directory, a hard link to someone's file, a file of
+        another user) keeps its mode, since changing it would change what is not ours."""
+        def ours(info: os.stat_result) -> bool:
+            return (
+                stat.S_ISREG(info.st_mode)
+                and info.st_nlink == 1
+                and info.st_uid == os.geteuid()
+            )
+
+        entry = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if not ours(entry) or stat.S_IMODE(entry.st_mode) == 0o600:
+            return
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)  # a regular file: opening is inert
         try:
-            fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
-        except OSError as error:
-            if error.errno == errno.ELOOP:
-                return  # a link itself: moved, never followed
-            raise
-        try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
+            info = os.fstat(fd)
+            if ours(info) and (info.st_dev, info.st_ino) == (entry.st_dev, entry.st_ino):
                 os.fchmod(fd, 0o600)
         finally:
             os.close(fd)
@@ -1172,7 +1383,7 @@ class FilesStore(Store[R]):
 
     def count_by_status(self) -> dict[str, int]:
         with self.locked():
-            counts = {s.value: len(self._names(s.value)) for s in self.lifecycle.statuses}
+            counts = {s.value: self.count(s.value) for s in self.lifecycle.statuses}
             for change in (self._staged or {}).values():
                 if change.on_disk is not None:
                     counts[change.on_disk] -= 1
@@ -1210,6 +1421,16 @@ class FilesStore(Store[R]):
 
 
 @attrs.frozen
+class Listing:
+    """One pass over a directory: its first names, how many ``*.json`` files it holds,
+    and which of them are shadowed by an earlier directory (:meth:`FilesStore.shadowed`)."""
+
+    first: list[str]
+    total: int
+    shadowed: set[str]
+
+
+@attrs.frozen
 class QuarantineEntry:
     """One piece of quarantined material and its reason document, if readable."""
 
@@ -1221,12 +1442,16 @@ class QuarantineEntry:
 __all__ = [
     "FilesLayout",
     "FilesStore",
+    "Listing",
     "QuarantineEntry",
+    "Reentered",
     "StoreMissing",
     "UnsafePath",
     "UntrustedRecord",
     "canonical_json",
+    "printable_name",
     "put_file",
+    "quarantine_stem",
     "stem_for",
     "write_file",
 ]

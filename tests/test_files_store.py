@@ -29,10 +29,13 @@ from lifecycles.stores.base import StaleRecord
 from lifecycles.stores.files import (
     FilesLayout,
     FilesStore,
+    Listing,
+    Reentered,
     StoreMissing,
     UnsafePath,
     UntrustedRecord,
     canonical_json,
+    quarantine_stem,
     stem_for,
 )
 
@@ -179,7 +182,7 @@ def test_no_temporary_file_is_left_behind(outbox_store: FilesStore[Any]) -> None
 def test_a_stray_temporary_file_is_ignored(outbox_store: FilesStore[Any]) -> None:
     stray = outbox_store.root / "pending" / ".abc.json.0123456789abcdef.tmp"
     stray.write_bytes(b"{half")
-    assert outbox_store.first_names("pending", 10) == ([], 0)
+    assert outbox_store.first_names("pending", 10) == Listing([], 0, set())
     assert list(outbox_store.scan()) == []
 
 
@@ -388,8 +391,8 @@ def test_first_names_are_the_smallest_and_the_count_is_exact(
         (outbox_store.root / "pending" / name).write_bytes(b"{}")
     (outbox_store.root / "pending" / ".x.tmp").write_bytes(b"")
     (outbox_store.root / "pending" / "notes.txt").write_bytes(b"")
-    first, total = outbox_store.first_names("pending", 3)
-    assert first == sorted(names)[:3] and total == 6
+    listing = outbox_store.first_names("pending", 3)
+    assert listing == Listing(sorted(names)[:3], 6, set())
     assert outbox_store.count("pending") == 6
 
 
@@ -476,9 +479,90 @@ def test_temporary_files_of_dead_writers_are_swept_by_the_next_listing(tmp_path:
     reader = FilesStore(OUTBOX, store.root, OUTBOX_LAYOUT, create=False)
     assert reader.count("pending") == 0 and reader.count("delivered") == 0
     assert ours.exists() and theirs.exists(), "a read-only store removes nothing"
-    assert store.first_names("pending", 10) == ([], 0)
+    assert store.first_names("pending", 10) == Listing([], 0, set())
     assert store.count_by_status() == {"pending": 0, "delivered": 0, "quarantined": 0}
     assert not ours.exists() and not theirs.exists() and unrelated.exists()
+
+
+def test_opening_a_store_sweeps_the_directories_no_routine_query_lists(tmp_path: Path) -> None:
+    """A writer killed mid-move leaves its temp file in delivered/ (or quarantine/), which
+    replay never lists: opening the store removes it, and only what a writer leaves."""
+    FilesStore(OUTBOX, tmp_path / "close-outbox", OUTBOX_LAYOUT)
+    root = tmp_path / "close-outbox"
+    leftovers = [
+        root / "delivered" / f".{'a' * 32}.json.0123456789abcdef.tmp",
+        root / "quarantine" / f".{'b' * 32}.0123456789ab.json.{'f' * 32}.tmp",
+    ]
+    for path in leftovers:
+        path.write_bytes(b"{half")
+    look_alikes = [root / "delivered" / ".c.json.0123456789abcdef.tmp"]
+    look_alikes[0].mkdir()
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"x")
+    look_alikes.append(root / "quarantine" / ".d.json.0123456789abcdef.tmp")
+    os.link(outside, look_alikes[1])
+    FilesStore(OUTBOX, root, OUTBOX_LAYOUT, create=False)
+    assert all(path.exists() for path in leftovers), "a read-only store removes nothing"
+    FilesStore(OUTBOX, root, OUTBOX_LAYOUT)
+    assert not any(path.exists() for path in leftovers)
+    assert all(os.path.lexists(path) for path in look_alikes), "not a writer's leftover"
+
+
+def test_a_copy_shadowed_by_an_earlier_directory_is_not_counted(
+    outbox_store: FilesStore[Any],
+) -> None:
+    """get() answers from delivered/ first, so a pending copy beside a delivered one (an
+    interrupted move) is no pending record: count and first_names say so."""
+    records = [outbox_store.insert(outbox_record(i)) for i in range(3)]
+    record = outbox_store.fire(records[0], "attempt", OutboxInputs(T0))
+    outbox_store.fire(record, "deliver", OutboxInputs(T0))
+    name = f"{record.entry_id}.json"
+    pending = outbox_store.root / "pending" / name
+    pending.write_bytes(canonical_json(outbox_store.values_of(record)) + b"\n")
+    assert outbox_store.count("pending") == 2
+    assert outbox_store.count_by_status()["pending"] == 2
+    listing = outbox_store.first_names("pending", 10)
+    assert (listing.total, listing.shadowed) == (3, {name})
+    assert outbox_store.shadowed("pending", [name, "absent.json"]) == {name}
+    pending.unlink()
+    assert outbox_store.shadowed("pending", [name]) == set()
+
+
+def test_a_quarantined_entry_keeps_its_own_stem_unless_it_is_unsafe(
+    outbox_store: FilesStore[Any],
+) -> None:
+    pending = outbox_store.root / "pending"
+    quarantine = outbox_store.root / "quarantine"
+    (pending / ".hidden.json").write_bytes(b"{}")
+    moved = outbox_store.quarantine_material("pending", ".hidden.json", "not a record")
+    assert moved.startswith(".hidden.") and (quarantine / moved).exists()
+    reason = json.loads((quarantine / moved.replace(".json", ".error.json")).read_bytes())
+    assert set(reason) == {"entry_id", "quarantined_at", "reason"}
+    assert reason["entry_id"] == ".hidden"
+    for raw in (b"bad-\xff.json", b"line\nbreak.json", b"x" * 201 + b".json", b".json"):
+        with open(os.fsencode(pending) + b"/" + raw, "wb") as handle:
+            handle.write(b"{}")
+        name = os.fsdecode(raw)
+        moved = outbox_store.quarantine_material("pending", name, f"bad {name}")
+        assert moved.startswith("invalid-name-"), raw
+        reason_bytes = (quarantine / moved.replace(".json", ".error.json")).read_bytes()
+        reason = json.loads(reason_bytes)
+        assert reason["original_name"] == raw.decode("utf-8", "backslashreplace"), raw
+        assert reason["entry_id"] == moved.rsplit(".", 2)[0]
+    assert quarantine_stem("bad-\udcff.json") == quarantine_stem("bad-\udcff.json")
+    assert quarantine_stem("café.json") == ("café", None)
+
+
+def test_nested_entry_into_an_exclusive_section_is_refused(tmp_path: Path) -> None:
+    first = FilesStore(OUTBOX, tmp_path / "close-outbox", OUTBOX_LAYOUT)
+    second = FilesStore(OUTBOX, tmp_path / "close-outbox", OUTBOX_LAYOUT)
+    with first.exclusive("replay"):
+        with pytest.raises(Reentered), second.exclusive("replay"):
+            pass
+        with second.exclusive("other"):
+            pass
+    with second.exclusive("replay"):  # left on the way out, even after the refusal
+        pass
 
 
 def test_the_source_of_an_interrupted_move_is_finished_only_when_it_is_one(

@@ -17,6 +17,7 @@ from lifecycles.outbox import (
     InvalidCloseRequestError,
     OutboxConflictError,
     OutboxCorruptError,
+    OutboxReentryError,
     OutboxUnsafePathError,
     ReplayReport,
 )
@@ -38,7 +39,7 @@ def stored(outbox: CloseOutbox, directory: str, entry_id: str) -> dict[str, obje
 
 def test_errors_have_the_reference_types_and_stable_codes() -> None:
     for error_type in (InvalidCloseRequestError, OutboxConflictError, OutboxCorruptError,
-                       OutboxUnsafePathError):
+                       OutboxUnsafePathError, OutboxReentryError):
         assert issubclass(error_type, CloseOutboxError)
     assert issubclass(CloseOutboxError, RuntimeError)
     assert [e.code for e in (CloseOutboxError, InvalidCloseRequestError, OutboxConflictError,
@@ -98,6 +99,39 @@ def test_deliver_may_enqueue_through_any_outbox_object_without_deadlock(tmp_path
     report = outbox.replay(deliver, limit=2)
     assert (report.delivered, report.remaining) == (2, 2)
     assert report.remaining == outbox.pending_count()
+
+
+@pytest.mark.parametrize("same_object", [True, False], ids=["same-object", "other-object"])
+def test_replay_from_inside_deliver_is_refused_with_an_outbox_error(
+    tmp_path: Path, same_object: bool
+) -> None:
+    """A nested replay would deliver the outer call's entries again and overwrite its
+    outcomes (it raised the store's internal StaleRecord): it is refused, the outer
+    call goes on and counts that delivery as failed, as for any exception of deliver."""
+    outbox = CloseOutbox(state_dir=tmp_path)
+    nested = outbox if same_object else CloseOutbox(state_dir=tmp_path)
+    items = sorted((request(i) for i in range(2)), key=lambda item: item.entry_id)
+    for item in items:
+        outbox.enqueue(item)
+    refusals: list[CloseOutboxError] = []
+
+    def deliver(delivered: CloseRequest) -> None:
+        if delivered.entry_id == items[0].entry_id:
+            with pytest.raises(OutboxReentryError) as refused:
+                nested.replay(lambda inner: pytest.fail("delivered from a nested replay"))
+            refusals.append(refused.value)
+            nested.replay(lambda inner: None)  # raises again: the outer call counts it
+
+    report = outbox.replay(deliver)
+    assert (report.attempted, report.delivered, report.failed) == (2, 1, 1)
+    assert report.remaining == outbox.pending_count() == 1
+    assert isinstance(refusals[0], CloseOutboxError)
+    assert refusals[0].code == "close_outbox.replay_reentered"
+    failed = stored(outbox, "pending", items[0].entry_id)
+    assert (failed["attempts"], failed["last_error"]) == (
+        1, "OutboxReentryError: close delivery failed"
+    )
+    assert outbox.replay(lambda delivered: None).delivered == 1  # and it is free again
 
 
 def test_replay_takes_entries_in_name_order_up_to_the_limit(tmp_path: Path) -> None:
