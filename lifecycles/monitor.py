@@ -57,6 +57,7 @@ from lifecycles.machines.monitor import (
     complete_with_answer,
     new_record,
     parse_answer,
+    plain_value,
     reader_error_code,
     token,
 )
@@ -397,17 +398,18 @@ class DurableTerminalProcessingMonitor:
         """The record a valid notification registers; refused: ``notification_invalid``.
 
         The notification is read once, through what the reference reads of it
-        (iteration and item access), into a plain dict; any failure of its own code
-        makes it invalid. Every check, the digest and the stored values then come from
-        that one copy, and no method of a value runs: compared values must be exact
-        ``str`` (a subclass may compare equal to an allowed value while holding
-        another, which the database would store).
+        (iteration and item access), into a plain dict of plain keys and values
+        (:func:`plain_value`); any failure of its own code makes it invalid. Every
+        check, the digest and the stored values then come from that one copy, and no
+        method of a caller's value runs again: a ``str`` subclass that compares equal
+        to an allowed value is judged by the value it holds, which the database would
+        store.
         """
         invalid = blocked(CODE + "notification_invalid")
         if not isinstance(notification, dict):  # the reference's JSON digest refuses others
             raise invalid
         try:
-            value = {key: notification[key] for key in notification}
+            value = {plain_value(key): plain_value(notification[key]) for key in notification}
         except Exception:  # its own __iter__ or __getitem__ raised: nothing to register
             raise invalid from None
         if any(type(key) is not str for key in value) or set(value) != NOTIFICATION_FIELDS:
@@ -420,12 +422,12 @@ class DurableTerminalProcessingMonitor:
             type(schema) is not str or schema != NOTIFICATION_SCHEMA
             or not all(token.check(fields[n]) for n in ("event_id", "notification_id", "site_id"))
             or not terminal_status_rule.check(fields["terminal_status"])
-            or not sha256_hex.check(notification_sha256)
-            or canonical_sha256(value) != notification_sha256
+            or not sha256_hex.check(digest := plain_value(notification_sha256))
+            or canonical_sha256(value) != digest
         ):
             raise invalid
         return new_record(
-            **fields, notification_sha256=notification_sha256, max_failures=max_failures, now=now
+            **fields, notification_sha256=digest, max_failures=max_failures, now=now
         )
 
     # -- leasing and polling -----------------------------------------------------
@@ -441,6 +443,7 @@ class DurableTerminalProcessingMonitor:
         return None if record is None else MonitorRow(record)
 
     def _claim(self, worker_id: Any, now: Any, lease_seconds: Any) -> MonitorRecord | None:
+        worker_id = plain_value(worker_id)  # the str it holds is the one stored as lease_owner
         with self._schema_first():
             if not token.check(worker_id) or len(worker_id) > _MAX_WORKER_ID:
                 raise blocked(CODE + "worker_invalid")
@@ -527,9 +530,10 @@ class DurableTerminalProcessingMonitor:
 
     def status(self, event_id: str, *, now: float | int) -> TerminalProcessingStatus:
         self._check_schema()  # first, as in the reference
-        if not token.check(event_id):
+        key = plain_value(event_id)
+        if not token.check(key):
             raise blocked(CODE + "event_invalid")
-        return self._stored_status(event_id, _time(now))
+        return self._stored_status(key, _time(now))
 
     def _stored_status(self, event_id: str, now: float) -> TerminalProcessingStatus:
         with _public_errors(self.store):

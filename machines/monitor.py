@@ -150,16 +150,21 @@ ANSWER_FIELDS = frozenset(
 )
 
 
-def number_held(value: object) -> object:
-    """The plain ``int`` or ``float`` that an ``int``/``float`` subclass holds; anything
+def plain_value(value: Any) -> Any:
+    """The plain ``str``, ``int`` or ``float`` that a subclass of one holds; anything
     else unchanged.
 
     Read through the base type's own slot, so the subclass's methods (which may lie
-    about comparisons, or raise) never run: the number checked is the number stored.
+    about equality, hashing or order, or raise) never run: a ``StrEnum`` member reads
+    as its string, as in the reference, while a ``str`` subclass claiming to equal an
+    allowed value is judged by the value it holds, the one a database would store.
     ``bool`` stays a ``bool``, for the integer rules to refuse.
     """
-    if type(value) in (int, float, bool):
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool:
         return value
+    if isinstance(value, str):
+        return str.__str__(value)
     if isinstance(value, int):
         return int.__int__(value)
     if isinstance(value, float):
@@ -183,13 +188,12 @@ def parse_answer(
     produces is valid is decided afterwards by the invariants, not here.
     """
     # Copying the mapping runs its own code, which may raise: the caller records that as
-    # the reader's failure, as the reference does. After the copy no method of a value
-    # runs: strings compare only when they are exact str (a subclass may claim to equal
-    # this event's id while holding another), numbers are read as the plain number they
-    # hold (number_held), so what is checked is what is stored.
+    # the reader's failure, as the reference does. After the copy no method of a key or
+    # value runs: each is read as the plain value it holds (plain_value), strings then
+    # compare only when they are exact str, so what is checked is what is stored.
     if not isinstance(response, Mapping):
         return None
-    value = dict(response)
+    value = {plain_value(key): plain_value(item) for key, item in dict(response).items()}
     if any(type(key) is not str for key in value) or set(value) != ANSWER_FIELDS:
         return None
     expected = [(name, getattr(record, name)) for name in ANSWER_IDENTITY]
@@ -197,18 +201,17 @@ def parse_answer(
     if any(type(value[name]) is not str or value[name] != want for name, want in expected):
         return None
     remote = value["processing_status"]
-    attempts, maximum = number_held(value["attempts"]), number_held(value["max_attempts"])
-    next_attempt_at = number_held(value["next_attempt_at"])
-    lease_expires_at = number_held(value["lease_expires_at"])
-    processed_at = number_held(value["processed_at"])
+    attempts, maximum = value["attempts"], value["max_attempts"]
+    next_attempt_at = value["next_attempt_at"]
+    lease_expires_at, processed_at = value["lease_expires_at"], value["processed_at"]
     error, expired = value["last_error_code"], value["lease_expired"]
     consistent = (
         type(remote) is str
         and remote in _RECEIVER_STATUSES
         and is_integer(attempts)
         and is_integer(maximum)
-        and 0 <= attempts <= maximum <= 20  # type: ignore[operator]
-        and maximum >= 1  # type: ignore[operator]
+        and 0 <= attempts <= maximum <= 20
+        and maximum >= 1
         and is_time(next_attempt_at)
         and (lease_expires_at is None or is_time(lease_expires_at))
         and type(expired) is bool
@@ -223,13 +226,13 @@ def parse_answer(
         return None
     return ReceiverAnswer(
         processing_status=ReceiverStatus(remote),
-        attempts=attempts,  # type: ignore[arg-type]
-        max_attempts=maximum,  # type: ignore[arg-type]
-        next_attempt_at=next_attempt_at,  # type: ignore[arg-type]
-        lease_expires_at=lease_expires_at,  # type: ignore[arg-type]
+        attempts=attempts,
+        max_attempts=maximum,
+        next_attempt_at=next_attempt_at,
+        lease_expires_at=lease_expires_at,
         lease_expired=expired,
         last_error_code=error,
-        processed_at=processed_at,  # type: ignore[arg-type]
+        processed_at=processed_at,
     )
 
 
@@ -243,12 +246,12 @@ def reader_error_code(error: BaseException) -> tuple[str, bool]:
     both ``cms_notification_failure is True`` and ``retryable is True``. Anything else
     is a final ``reader_failure``.
     """
-    # A valid code is an exact str (error_code's rule). An error whose attributes raise
-    # when read says nothing that can be trusted: a final reader_failure, never an
-    # exception that would leave the item leased.
+    # A code is read as the plain str it holds (a StrEnum member keeps working). An error
+    # whose attributes raise when read says nothing that can be trusted: a final
+    # reader_failure, never an exception that would leave the item leased.
     code: object
     try:
-        code = getattr(error, "code", None)
+        code = plain_value(getattr(error, "code", None))
         if not error_code.check(code):
             return CODE + "reader_failure", False
         retryable = (

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import sqlite3
+from enum import StrEnum
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -356,7 +357,7 @@ def hostile_notifications() -> dict[str, tuple[Any, str]]:
             replaced(7, terminal_status=AlwaysEqual("bogus", "published"))
         ),
         "schema_lying": with_sha(replaced(7, schema=AlwaysEqual("other", ""))),
-        "event_id_str_subclass": with_sha(replaced(7, event_id=AlwaysEqual("e7", "e7"))),
+        "event_id_lying": with_sha(replaced(7, event_id=AlwaysEqual("e 7", "e7"))),
         "sha_lying": (value, AlwaysEqual("f" * 64, sha)),
         "value_exploding": (replaced(7, plan_id=Exploding()), sha),
         "terminal_status_exploding": (replaced(7, terminal_status=Exploding()), sha),
@@ -500,8 +501,9 @@ HOSTILE_READS: dict[str, tuple[Callable[[str, str], Any], str]] = {
     "code_raises": (raising(CodeRaises()), READER_FAILURE),
     "retryable_raises": (raising(RetryableRaises("cms.timeout", True)), READER_FAILURE),
     "cms_flag_raises": (raising(CmsFlagRaises("cms.timeout", True)), READER_FAILURE),
-    "code_str_subclass": (raising(ReaderError(AlwaysEqual("cms.timeout", "cms.timeout"), True)),
-                          READER_FAILURE),
+    # Judged by the code it holds, not the one it claims to equal.
+    "code_lying": (raising(ReaderError(AlwaysEqual("Not A Code", "cms.timeout"), True)),
+                   READER_FAILURE),
 }
 
 
@@ -559,3 +561,30 @@ def test_any_value_in_an_answer_field_never_leaves_the_item_leased(
     assert result is not None and result.status != "leased"
     health = monitor.health(now=20)  # never state_invalid: nothing invalid was stored
     assert health.counts["leased"] == 0
+
+
+class Honest(StrEnum):
+    """A caller's own enum of strings: each member is a str subclass holding its value."""
+
+    PUBLISHED = "published"
+    WORKER = "w1"
+    EVENT = "e7"
+    TIMEOUT = "cms.timeout"
+
+
+def test_an_honest_str_subclass_is_read_as_the_str_it_holds(
+    monitor: DurableTerminalProcessingMonitor, connection: sqlite3.Connection
+) -> None:
+    """As in the reference: a StrEnum member works, and plain strings are stored."""
+    value = replaced(7, event_id=Honest.EVENT, terminal_status=Honest.PUBLISHED)
+    monitor.register(value, canonical(value), now=10)
+    assert monitor.status(Honest.EVENT, now=10).status == "pending"
+    claimed = monitor.run_once(raising(ReaderError(Honest.TIMEOUT, True)), Honest.WORKER, now=20)
+    assert claimed is not None and claimed.error_code == "cms.timeout"  # retried, code kept
+    stored = connection.execute(
+        "SELECT event_id, terminal_status, last_error_code FROM cms_source_terminal_processing"
+        " WHERE event_id = 'e0'"
+    ).fetchone()
+    assert [type(item) for item in stored] == [str, str, str]
+    kinds = {type(v) for row in table_dump(connection) for v in row if isinstance(v, str)}
+    assert kinds == {str}
