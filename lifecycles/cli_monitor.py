@@ -59,7 +59,7 @@ EXIT_CODES = (
     (EXIT_NOT_A_DATABASE, "the file is not a SQLite database, or it is corrupt "
                           "(`not_a_database`)"),
     (EXIT_LOCKED, "another connection holds the database locked past --timeout "
-                  "(`database_locked`)"),
+                  "(`database_locked`, or `database_unreachable` when it happens mid-call)"),
     (EXIT_CAPABILITIES_DIFFER, "the database is bound to other capabilities than "
                                "--capabilities (`capabilities_differ`; both prefixes printed)"),
     (EXIT_UNREACHABLE, "the PostgreSQL server cannot be reached (`database_unreachable`)"),
@@ -262,6 +262,10 @@ def _refused(error: TerminalProcessingMonitorBlocked, args: argparse.Namespace) 
     if code in _USAGE_CODES or (isinstance(error, InputInvalid) and code != CODE + "missing"):
         what = _USAGE_HINTS.get(code, "check the arguments")
         return _fail(EXIT_USAGE, code, f"refused: {code}: {what}")
+    if code == CODE + "database_unreachable" and args.db is not None:
+        # SQLite answers so when a lock outlasts the timeout during the call itself.
+        return _fail(EXIT_LOCKED, code, f"refused: {code}: {args.db} is locked or cannot be "
+                                        "read right now; retry, or raise --timeout")
     if code == CODE + "database_unreachable":
         return _fail(EXIT_UNREACHABLE, code, f"refused: {code}: the database cannot be reached")
     if isinstance(error, StateInvalid):

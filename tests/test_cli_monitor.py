@@ -229,6 +229,20 @@ def test_a_locked_database_exits_7_not_blocked(
     assert "locked by another connection" in line and "--timeout" in line
 
 
+def test_a_lock_met_during_the_call_exits_7_too(
+    database: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lifecycles.monitor import blocked
+
+    def locked_mid_call(*args: object, **kwargs: object) -> None:
+        raise blocked("terminal_processing_monitor.database_unreachable")
+
+    monkeypatch.setattr(DurableTerminalProcessingMonitor, "health", locked_mid_call)
+    line = run_error(capsys, health_argv(database), 7,
+                     "terminal_processing_monitor.database_unreachable")
+    assert "is locked or cannot be read right now" in line
+
+
 def test_a_missing_database_exits_4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     line = run_error(capsys, health_argv(tmp_path / "absent.db"), 4, "no_database")
     assert "never creates one" in line
