@@ -49,7 +49,7 @@ from lifecycles.invariants.outbox import (
     version_supported,
 )
 from lifecycles.machines.core import TransitionRefused
-from lifecycles.machines.outbox import CONFLICT, OUTBOX, OutboxInputs
+from lifecycles.machines.outbox import CONFLICT, OUTBOX, OutboxInputs, replay_was_interrupted
 from lifecycles.stores.base import StoreError
 from lifecycles.stores.files import (
     FilesLayout,
@@ -360,6 +360,7 @@ class CloseOutbox:
             listing = self.store.first_names(pending, limit)
             changes_before = self.store.changes_seen(pending)
             ready: list[OutboxRecord] = []
+            interrupted = bool(listing.shadowed)  # a move left half done
             for name in listing.first:
                 try:
                     record = self.store.read_named(pending, name)
@@ -376,7 +377,16 @@ class CloseOutbox:
                     self.store.fire(record, "quarantine", OutboxInputs(_now(), reason=reason))
                     quarantined += 1
                     continue
+                interrupted = interrupted or replay_was_interrupted(record)
                 ready.append(record)
+            # A replay that died mid-way may have left temporary files in directories no
+            # routine call lists (each listing of pending/ sweeps that one): sweep them
+            # on that sign only, as delivered/ grows without bound. A quarantine writes
+            # into quarantine/, a rare event: it sweeps that directory too.
+            if interrupted:
+                self.store.sweep(OutboxStatus.DELIVERED.value)
+            if interrupted or quarantined:
+                self.store.sweep(OutboxStatus.QUARANTINED.value)
             # Every attempt is durable before the first deliver call, written as one
             # batch that shares a directory sync.
             attempt = OutboxInputs(_now())

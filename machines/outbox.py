@@ -96,10 +96,23 @@ def same_intent(r: Record, i: Inputs) -> bool:
     return i.intent_digest is not None and intent_digest(r.intent()) == i.intent_digest
 
 
+def attempt_unanswered(r: Record) -> bool:
+    """An attempt was durably counted and not yet answered: attempts >= 1, no last_error."""
+    return r.attempts >= 1 and r.last_attempt_at is not None and r.last_error is None
+
+
 @guard(refusal_code=CODE + "not_attempted")
 def attempt_recorded(r: Record, i: Inputs) -> bool:
     """An attempt was durably counted and not yet answered: attempts >= 1, no last_error."""
-    return r.attempts >= 1 and r.last_attempt_at is not None and r.last_error is None
+    return attempt_unanswered(r)
+
+
+def replay_was_interrupted(r: Record) -> bool:
+    """A pending record read at the start of a replay whose attempt is unanswered: the
+    replay that counted it stopped before writing its outcomes (a crash or an
+    interrupt), maybe in the middle of writing them, so writers' temporary files may
+    be left in the directories it writes (delivered/, quarantine/)."""
+    return r.state == OutboxStatus.PENDING and attempt_unanswered(r)
 
 
 @guard(refusal_code=CODE + "error_missing")
@@ -169,4 +182,5 @@ __all__ = [
     "OutboxRecord",
     "OutboxStatus",
     "iso_timestamp",
+    "replay_was_interrupted",
 ]

@@ -30,9 +30,8 @@ Guarantees (beyond :mod:`lifecycles.stores.base`):
   the layout's ``search_order``, and :meth:`FilesStore.finish_interrupted_move`
   removes the source once it is proven to be exactly what a row moved; until then the
   shadowed copy is not counted (:meth:`FilesStore.shadowed`). Temp files of writers
-  that died mid-write are removed by the next listing of their directory, and from the
-  directories no routine query lists (final statuses, quarantine) when a writing store
-  is opened.
+  that died mid-write are removed by the next listing of their directory (a writing
+  store only), or by :meth:`FilesStore.sweep` for directories a caller does not list.
 * **Locking.** Every operation holds an exclusive ``flock`` on ``.lock``: safe across
   processes; within a process a re-entrant guard per lock file (keyed by its inode)
   lets nested use by the same thread proceed, even through a second store object,
@@ -498,14 +497,6 @@ class FilesStore(Store[R]):
                     os.fchmod(handles.root, 0o700)
             for name in self._all_directories:
                 handles.directories[name] = _open_directory(name, handles.root, create=create)
-            if create:
-                # Routine queries list the directories of non-final statuses on every
-                # call, and sweep writers' leftover temporary files from them then; the
-                # others (final statuses, the quarantine) are swept here, once per open.
-                final = {status.value for status in lifecycle.final}
-                for status, directory in self.layout.directories.items():
-                    if status in final or directory == self.layout.quarantine_directory:
-                        self._names(directory)
 
     # -- locking -----------------------------------------------------------------
 
@@ -1149,18 +1140,35 @@ class FilesStore(Store[R]):
         dir_fd = self._dir_fd(directory)
         listed = os.listdir(dir_fd)  # names only: no stat, no per-entry objects
         names = list(filter(_IS_JSON, listed))  # filtered in C: this runs on every replay
-        stale: list[str] = []
         if len(names) != len(listed):
-            stale = [n for n in listed if n.startswith(".") and TEMPORARY_NAME.fullmatch(n)]
+            self._remove_leftovers(dir_fd, listed)
         if quarantine:
             names = [name for name in names if not name.endswith(ERROR_SUFFIX)]
-        if stale and self.create:
-            removed = [name for name in stale if self._is_leftover(dir_fd, name)]
-            for name in removed:
-                os.unlink(name, dir_fd=dir_fd)
-            if removed:
-                self._unsynced(dir_fd)
         return names
+
+    def sweep(self, status_or_directory: str) -> None:
+        """Remove the temporary files that writers killed mid-write left in a directory
+        (a writing store only). Listings of a directory do this on the way; this is for
+        the directories a caller does not list, when it has a sign that a writer died
+        (e.g. a move interrupted before its source was unlinked)."""
+        with self.locked():
+            self._names(status_or_directory)
+
+    def _remove_leftovers(self, dir_fd: int, listed: list[str]) -> None:
+        """Unlink the leftover temp files among ``listed`` (the lock is held: no writer
+        is live, so a temp file is a dead writer's)."""
+        if not self.create:
+            return
+        removed = [
+            name for name in listed
+            if name.startswith(".")
+            and TEMPORARY_NAME.fullmatch(name)
+            and self._is_leftover(dir_fd, name)
+        ]
+        for name in removed:
+            os.unlink(name, dir_fd=dir_fd)
+        if removed:
+            self._unsynced(dir_fd)
 
     @staticmethod
     def _is_leftover(dir_fd: int, name: str) -> bool:
@@ -1200,7 +1208,9 @@ class FilesStore(Store[R]):
                     if os.access(name, os.F_OK, dir_fd=dir_fd, follow_symlinks=False)
                 )
             else:
-                found.update(set(names).intersection(os.listdir(dir_fd)))
+                listed = os.listdir(dir_fd)
+                if listed:  # a set of the other listing, not of the (long) names
+                    found.update(set(listed).intersection(names))
         return found
 
     def names(self, status: str) -> list[str]:
@@ -1225,7 +1235,10 @@ class FilesStore(Store[R]):
         memo = self._memo
         remembered = ("listing", self.layout.quarantine_directory, "")
         if remembered not in memo:
-            memo[remembered] = os.listdir(self._dir_fd(self.layout.quarantine_directory))
+            dir_fd = self._dir_fd(self.layout.quarantine_directory)
+            listed = os.listdir(dir_fd)
+            self._remove_leftovers(dir_fd, listed)  # the listing is taken anyway
+            memo[remembered] = listed
         names: list[str] = memo[remembered]
         return names
 

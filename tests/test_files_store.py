@@ -484,27 +484,32 @@ def test_temporary_files_of_dead_writers_are_swept_by_the_next_listing(tmp_path:
     assert not ours.exists() and not theirs.exists() and unrelated.exists()
 
 
-def test_opening_a_store_sweeps_the_directories_no_routine_query_lists(tmp_path: Path) -> None:
+def test_sweep_removes_only_what_a_dead_writer_leaves(tmp_path: Path) -> None:
     """A writer killed mid-move leaves its temp file in delivered/ (or quarantine/), which
-    replay never lists: opening the store removes it, and only what a writer leaves."""
-    FilesStore(OUTBOX, tmp_path / "close-outbox", OUTBOX_LAYOUT)
+    no routine query lists: sweep() removes it (and the quarantine's listing does), and
+    only a writer's leftover: a regular file with one link."""
+    store = FilesStore(OUTBOX, tmp_path / "close-outbox", OUTBOX_LAYOUT)
     root = tmp_path / "close-outbox"
-    leftovers = [
-        root / "delivered" / f".{'a' * 32}.json.0123456789abcdef.tmp",
-        root / "quarantine" / f".{'b' * 32}.0123456789ab.json.{'f' * 32}.tmp",
-    ]
-    for path in leftovers:
+    delivered = root / "delivered" / f".{'a' * 32}.json.0123456789abcdef.tmp"
+    quarantined = root / "quarantine" / f".{'b' * 32}.0123456789ab.json.{'f' * 32}.tmp"
+    for path in (delivered, quarantined):
         path.write_bytes(b"{half")
     look_alikes = [root / "delivered" / ".c.json.0123456789abcdef.tmp"]
     look_alikes[0].mkdir()
     outside = tmp_path / "outside"
     outside.write_bytes(b"x")
-    look_alikes.append(root / "quarantine" / ".d.json.0123456789abcdef.tmp")
+    look_alikes.append(root / "delivered" / ".d.json.0123456789abcdef.tmp")
     os.link(outside, look_alikes[1])
-    FilesStore(OUTBOX, root, OUTBOX_LAYOUT, create=False)
-    assert all(path.exists() for path in leftovers), "a read-only store removes nothing"
+    reader = FilesStore(OUTBOX, root, OUTBOX_LAYOUT, create=False)
+    reader.sweep("delivered")
+    assert not reader.has_quarantined("b" * 32)
+    assert delivered.exists() and quarantined.exists(), "a read-only store removes nothing"
     FilesStore(OUTBOX, root, OUTBOX_LAYOUT)
-    assert not any(path.exists() for path in leftovers)
+    assert delivered.exists(), "opening a store lists nothing"
+    store.sweep("delivered")
+    assert not delivered.exists()
+    assert not store.has_quarantined("b" * 32)
+    assert not quarantined.exists()
     assert all(os.path.lexists(path) for path in look_alikes), "not a writer's leftover"
 
 

@@ -499,21 +499,29 @@ def test_the_source_of_an_interrupted_move_is_neither_pending_nor_quarantined(
 def test_temporary_files_left_by_a_killed_writer_are_removed(tmp_path: Path) -> None:
     """The reference never removes the temporary file of a writer killed mid-write.
     lifecycles removes such leftovers (regular files with one link, named like a
-    writer's temporary file) from pending/ on every listing and from delivered/ and
-    quarantine/ when a store is opened; look-alikes of another kind stay."""
+    writer's temporary file): from pending/ on every listing, from quarantine/ on its
+    listing (every enqueue), and from delivered/ when a replay finds the sign of an
+    interrupted one (an attempt counted without its outcome). Look-alikes of another
+    kind stay."""
     left = {}
     for module in (ref, ours):
         state_dir = tmp_path / module.__name__
         outbox = module.CloseOutbox(state_dir=state_dir)
+        outbox.enqueue(request(module, 1))
+        # as a replay killed while writing its outcomes leaves it
+        (outbox.pending_dir / f"{entry_id(1)}.json").write_bytes(
+            record_file(1, attempts=1, last_attempt_at=FIXED_NOW)
+        )
         for directory in ("pending", "delivered", "quarantine"):
             path = Path(outbox.root) / directory / f".{entry_id(1)}.json.{'a' * 32}.tmp"
             path.write_bytes(b'{"half')
         (outbox.pending_dir / f".x.json.{'b' * 32}.tmp").mkdir()
-        module.CloseOutbox(state_dir=state_dir).replay(accept_all)
+        assert module.CloseOutbox(state_dir=state_dir).replay(accept_all).delivered == 1
         left[module] = sorted(
             f"{directory}/{'leftover' if name.startswith('.' + entry_id(1)) else name}"
             for directory in ("pending", "delivered", "quarantine")
             for name in os.listdir(Path(outbox.root) / directory)
+            if not name.endswith(".json")
         )
     look_alike = f"pending/.x.json.{'b' * 32}.tmp"
     assert left[ref] == sorted(

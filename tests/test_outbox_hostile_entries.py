@@ -152,9 +152,12 @@ def plant(directory: Path, where: str, outside: Path) -> dict[str, str]:
     with open(os.fsencode(directory) + b"/\xfe", "wb") as handle:
         handle.write(b"not even a json name")
     planted[os.fsdecode(b"\xfe")] = "non-utf8, not json"
-    # names of a writer's temporary file: a leftover of a killed writer (removed), and
-    # things that only look like one (left alone: no writer makes them)
-    at(LEFTOVER_TEMP.format(name=record_name), "leftover temp").write_bytes(b'{"half')
+    # names of a writer's temporary file: a leftover of a killed writer (removed from
+    # the directories a call lists; delivered/ is swept when a replay finds a sign of an
+    # interrupted one, see the test below), and things that only look like one (left
+    # alone: no writer makes them)
+    if where != "delivered":
+        at(LEFTOVER_TEMP.format(name=record_name), "leftover temp").write_bytes(b'{"half')
     at(".x.json.00112233445566778899aabbccddeeff.tmp", "temp-named directory").mkdir()
     os.mkfifo(at(".y.json.0123456789abcdef.tmp", "temp-named fifo"))
     return planted
@@ -233,6 +236,33 @@ def test_no_entry_blocks_the_queue_loses_a_record_or_touches_the_outside(
         outside_inodes = {os.stat(outside / n).st_ino for n in ("junk", "record.json")}
         moved = {os.lstat(root / "quarantine" / n).st_ino for n in material}
         assert outside_inodes <= moved
+
+
+def test_a_replay_after_an_interrupted_one_removes_its_temporary_files(tmp_path: Path) -> None:
+    """A replay killed while writing its outcomes leaves temp files in delivered/ (and
+    quarantine/), and its entries pending with their attempt counted and no outcome.
+    The next replay sees that sign and sweeps those directories; a replay without it
+    lists neither (delivered/ grows without bound)."""
+    state_dir = tmp_path / "state"
+    store = seeded(state_dir)
+    first = sorted(entry_id_of(RUN, t) for t in VALID_PENDING)[0]
+    leftovers = [
+        store.delivered_dir / LEFTOVER_TEMP.format(name=f"{first}.json"),
+        store.quarantine_dir / LEFTOVER_TEMP.format(name=f"{first}.0123456789ab.error.json"),
+    ]
+    for path in leftovers:
+        path.write_bytes(b'{"half')
+    assert store.replay(lambda request: None, limit=1).delivered == 1  # no sign: kept
+    assert all(path.exists() for path in leftovers)
+    second = sorted(entry_id_of(RUN, t) for t in VALID_PENDING)[1]
+    values = json.loads((store.pending_dir / f"{second}.json").read_bytes())
+    values.update(attempts=1, last_attempt_at="2026-01-02T03:04:05+00:00")
+    (store.pending_dir / f"{second}.json").write_bytes(
+        json.dumps(values, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+    )
+    report = store.replay(lambda request: None)
+    assert (report.delivered, report.remaining) == (2, 0)
+    assert not any(path.exists() for path in leftovers)
 
 
 def test_a_hard_linked_record_is_quarantined_by_moving_its_name_only(tmp_path: Path) -> None:
