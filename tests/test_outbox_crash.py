@@ -116,9 +116,11 @@ def assert_opens_cleanly(outbox: ModuleType, state_dir: Path) -> None:
     store = outbox.CloseOutbox(state_dir=state_dir)
     counted = store.pending_count()
     view = StoreView(outbox, state_dir)
-    assert counted == len(view.records["pending"]), (
-        f"pending_count() is {counted} but pending/ holds {len(view.records['pending'])} "
-        f"records (other names there: {view.other_names['pending']})"
+    # A pending copy beside its delivered twin is the tail of an interrupted move, not work.
+    waiting = set(view.records["pending"]) - set(view.records["delivered"])
+    assert counted == len(waiting), (
+        f"pending_count() is {counted} but pending/ holds {len(waiting)} records not yet "
+        f"delivered (other names there: {view.other_names['pending']})"
     )
 
 
@@ -237,6 +239,12 @@ def test_acknowledged_work_survives_sigkill_at_random_points(
     assert store.pending_count() == 0
     view = StoreView(outbox, state_dir)
     assert not view.problems
+    if outbox.__name__.startswith("lifecycles"):  # the reference never removes them
+        from lifecycles.stores.files import TEMPORARY_NAME
+
+        left = [str(path.relative_to(state_dir)) for path in state_dir.rglob("*")
+                if TEMPORARY_NAME.fullmatch(path.name)]
+        assert left == [], f"killed writers' temporary files outlived the drain: {left}"
     for entry_id in log.enqueued:
         assert entry_id in view.records["delivered"] or view.is_quarantined(entry_id), entry_id
     assert not broken_promises(outbox, state_dir, log)

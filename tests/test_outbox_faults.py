@@ -320,8 +320,10 @@ def check_after_fault(
 def drain(outbox: ModuleType, state_dir: Path, scenario: Scenario, where: str) -> None:
     """After the fault: the store reopens, the operation succeeds, everything delivers."""
     store = outbox.CloseOutbox(state_dir=state_dir)
-    pending_files = [
-        name for name in os.listdir(store_root(state_dir) / "pending") if not name.startswith(".")
+    delivered_files = set(os.listdir(store_root(state_dir) / "delivered"))
+    pending_files = [  # a copy beside its delivered twin is an interrupted move's tail
+        name for name in os.listdir(store_root(state_dir) / "pending")
+        if not name.startswith(".") and name not in delivered_files
     ]
     assert store.pending_count() == len(pending_files), where
     if scenario.name == "enqueue":

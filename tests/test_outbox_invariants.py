@@ -282,7 +282,7 @@ def test_file_rules_size_link_and_name(store: FilesStore[OutboxRecord], tmp_path
     assert refused.value.rules == ("record_is_regular_file",)
     assert set(STORED_FILE_RULES) <= {
         "record_size_bound", "record_is_regular_file", "record_decodes", "record_is_object",
-        "record_keys_exact", "file_name_matches_key",
+        "record_keys_exact", "file_name_matches_key", "record_single_link",
     }
 
 
