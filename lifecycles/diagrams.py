@@ -2,12 +2,12 @@
 
 For every lifecycle in :func:`lifecycles.registry.registered`, ``diagrams/`` holds:
 
-* ``<name>.mmd``: a Mermaid ``stateDiagram-v2``. Its edges are drawn by the
-  ``transitions`` library's Mermaid engine; the title, the creation edge, the final
-  markers and the styling are written from the table, because that engine drops its
-  title, styles by a model's current state, marks no final status and breaks on
-  statuses named like Mermaid keywords (the whole diagram is then written from the
-  table). :mod:`lifecycles.diagrams_pictures` says where and why in detail.
+* ``<name>.mmd``: a Mermaid ``stateDiagram-v2``, written from the table in the edge
+  order of the ``transitions`` library's Mermaid engine, whose ``GraphMachine`` must
+  accept the table; the engine's own text is not used, because it drops its title,
+  styles by a model's current state, marks no final status and breaks on statuses
+  named like Mermaid keywords. :mod:`lifecycles.diagrams_pictures` says where and why
+  in detail.
 * ``<name>.dot`` and ``<name>.svg``: the same table through Graphviz (``dot -Tsvg``).
 * ``<name>.md``: the auditor's page (:mod:`lifecycles.diagrams_page`).
 

@@ -15,10 +15,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from lifecycles.diagrams_pictures import statuses_in_flow_order
 from lifecycles.invariants.core import FieldRule, field_rules
-from lifecycles.machines.checks import shortest_paths, statuses_reaching
 from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.graph import shortest_paths, statuses_in_flow_order, statuses_reaching
 
 AnyLifecycle = Lifecycle[Any, Any]
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")

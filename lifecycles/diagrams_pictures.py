@@ -3,14 +3,15 @@
 Every picture is drawn from the lifecycle's resolved rows (``lifecycle.rows``), never
 from a model's current state, so the same table always gives the same bytes.
 
-Mermaid. The edges come from the ``transitions`` library's own Mermaid engine
-(``GraphMachine(graph_engine="mermaid")``): it groups the rows by (source, dest),
-keeps table order and joins the labels of parallel rows (shown here one per line,
-``<br/>``, where the engine writes `` | ``). Each row is
-passed to it with its label (``trigger [guard, !unless_guard]``, from
-:attr:`Row.label`); its output is parsed back and verified edge by edge against the
-table. The engine falls short in four ways (see DESIGN.md), so the rest of the file
-is written here from the same table:
+Mermaid. The edges are grouped by (source, dest), parallel rows one label per line
+(``<br/>``), each label ``trigger [guard, !unless_guard]`` (:attr:`Row.label`), in
+the order the ``transitions`` library's Mermaid engine draws them
+(:func:`lifecycles.machines.graph.edges_by_source`). The engine itself is not used to
+write the file: it falls short in four ways (see DESIGN.md), so the file is written
+here from the table. What is kept from it is the guarantee that ``transitions``
+accepts the table for drawing: :func:`check_graph_machine` builds its
+``GraphMachine`` and compares the transitions it holds with the rows, structurally.
+Where the engine falls short:
 
 * its front-matter title is a bare line, not a ``title:`` key, and Mermaid drops it;
 * its ``Class`` styling follows a model's current state (``s_active``), which would
@@ -20,8 +21,8 @@ is written here from the same table:
   trigger>`` and ``final --> [*]`` are added;
 * a status named like a Mermaid keyword (``state``, ``class``, ``note``,
   ``default``...) or containing characters outside ``[A-Za-z0-9_]`` breaks its output
-  or silently loses edges: for such a lifecycle the whole diagram is generated here
-  from the table, with safe aliases (``state "retry-wait" as status_3``).
+  or silently loses edges: such a lifecycle's statuses are drawn under safe aliases
+  (``state "retry-wait" as status_3``).
 
 Graphviz. The DOT source is written here, not by the ``transitions`` Graphviz engine
 (which needs the ``graphviz`` Python package and draws current-state styling): it
@@ -39,8 +40,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections import deque
-from collections.abc import Iterable
 from html import escape
 from typing import Any
 
@@ -48,6 +47,11 @@ import attrs
 from transitions.extensions import GraphMachine
 
 from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.graph import (
+    edges_by_source,
+    rows_in_machine_order,
+    statuses_in_flow_order,
+)
 
 AnyLifecycle = Lifecycle[Any, Any]
 
@@ -79,48 +83,12 @@ class DiagramError(Exception):
         self.code = code
 
 
-# --- shared reading of the table ----------------------------------------------
-
-
-def statuses_in_flow_order(lifecycle: AnyLifecycle) -> list[str]:
-    """Statuses in the order work reaches them: breadth-first from the initial status,
-    ties in declaration order; final statuses last; unreachable ones after that."""
-    declared = [status.value for status in lifecycle.statuses]
-    depth = distances_from_initial(lifecycle)
-    finals = {status.value for status in lifecycle.final}
-
-    def order(name: str) -> tuple[int, int, int]:
-        return (name in finals, depth.get(name, len(declared)), declared.index(name))
-
-    return sorted(declared, key=order)
-
-
-def distances_from_initial(lifecycle: AnyLifecycle) -> dict[str, int]:
-    """How many transitions each status is from the initial status (unreachable: absent)."""
-    depth = {lifecycle.initial.value: 0}
-    queue = deque([lifecycle.initial.value])
-    while queue:
-        status = queue.popleft()
-        for row in lifecycle.rows:
-            if row.source == status and row.dest not in depth:
-                depth[row.dest] = depth[status] + 1
-                queue.append(row.dest)
-    return depth
-
-
-def grouped_edges(rows: Iterable[Row]) -> list[tuple[str, str, list[str]]]:
-    """(source, dest, labels) per pair, in order of first appearance, labels in table order."""
-    pairs: dict[tuple[str, str], list[str]] = {}
-    for row in rows:
-        pairs.setdefault((row.source, row.dest), []).append(row.label)
-    return [(source, dest, labels) for (source, dest), labels in pairs.items()]
-
-
 # --- Mermaid -----------------------------------------------------------------
 
 
 def mermaid_engine_can_draw(lifecycle: AnyLifecycle) -> bool:
-    """True when every status name is a plain identifier Mermaid does not read as a keyword."""
+    """True when every status name is a plain identifier Mermaid does not read as a keyword
+    (so the diagram can name statuses as they are, as the ``transitions`` engine does)."""
     return all(
         MERMAID_SAFE_ID.fullmatch(status.value) and status.value.lower() not in MERMAID_KEYWORDS
         for status in lifecycle.statuses
@@ -131,15 +99,11 @@ class _Blank:
     """A model for the ``transitions`` graph engine; it is never fired."""
 
 
-_ENGINE_STATE = re.compile(r'state "(?P<label>[^"]*)" as (?P<id>\S+)')
-_ENGINE_EDGE = re.compile(r"(?P<source>\S+) --> (?P<dest>\S+): (?P<labels>.*)")
-
-
-def engine_edges(lifecycle: AnyLifecycle) -> list[tuple[str, str, list[str]]]:
-    """The edges as the ``transitions`` Mermaid engine draws them, checked against the table."""
-    model = _Blank()
-    GraphMachine(
-        model=model,
+def check_graph_machine(lifecycle: AnyLifecycle) -> None:
+    """``transitions``' ``GraphMachine`` (Mermaid engine) accepts the table and holds
+    exactly its statuses and rows, in the order the Mermaid edges are written in."""
+    machine = GraphMachine(
+        model=_Blank(),
         states=[status.value for status in lifecycle.statuses],
         initial=lifecycle.initial.value,
         transitions=[
@@ -150,36 +114,28 @@ def engine_edges(lifecycle: AnyLifecycle) -> list[tuple[str, str, list[str]]]:
         graph_engine="mermaid",
         title=lifecycle.name,
     )
-    source: str = model.get_graph().source  # type: ignore[attr-defined]
-    drawn_states: list[str] = []
-    edges: list[tuple[str, str, list[str]]] = []
-    for line in (text.strip() for text in source.splitlines()):
-        if state := _ENGINE_STATE.fullmatch(line):
-            drawn_states.append(state["id"])
-        elif edge := _ENGINE_EDGE.fullmatch(line):
-            edges.append((edge["source"], edge["dest"], edge["labels"].split(" | ")))
-    expected = grouped_edges(lifecycle.rows)
-    declared = [status.value for status in lifecycle.statuses]
-    if sorted(edges) != sorted(expected) or drawn_states != declared:
+    markup = machine.get_markup_config()
+    held = [(t["trigger"], t["source"], t["dest"], t["label"]) for t in markup["transitions"]]
+    expected = [(r.trigger, r.source, r.dest, r.label) for r in rows_in_machine_order(lifecycle)]
+    states = [state["name"] for state in markup["states"]]
+    if held != expected or states != [status.value for status in lifecycle.statuses]:
         raise DiagramError(
             "lifecycles.diagrams.mermaid_engine_mismatch",
-            f"the transitions Mermaid engine drew {edges} for {lifecycle.name}, "
+            f"the transitions GraphMachine holds {held} for {lifecycle.name}, "
             f"the table says {expected}",
         )
-    return edges
 
 
 def mermaid(lifecycle: AnyLifecycle) -> str:
     """The lifecycle as a Mermaid ``stateDiagram-v2`` (see the module docstring)."""
+    check_graph_machine(lifecycle)
     if mermaid_engine_can_draw(lifecycle):
         ids = {status.value: status.value for status in lifecycle.statuses}
-        edges = engine_edges(lifecycle)
     else:
         ids = {
             status.value: f"status_{number}"
             for number, status in enumerate(lifecycle.statuses, start=1)
         }
-        edges = grouped_edges(lifecycle.rows)
     finals = [s for s in statuses_in_flow_order(lifecycle) if s in _finals(lifecycle)]
     lines = [
         "---",
@@ -199,7 +155,7 @@ def mermaid(lifecycle: AnyLifecycle) -> str:
     lines += ["", f"  [*] --> {ids[lifecycle.initial.value]}: {lifecycle.creation}"]
     lines += [
         f"  {ids[source]} --> {ids[dest]}: {MERMAID_LINE_BREAK.join(map(_mermaid_text, labels))}"
-        for source, dest, labels in edges
+        for source, dest, labels in edges_by_source(lifecycle)
     ]
     lines += [f"  {ids[name]} --> [*]" for name in finals]
     lines.append("")

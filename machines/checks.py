@@ -7,13 +7,13 @@ own function so its test can break exactly one rule.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from lifecycles.machines.core import DefinitionError, Row
+from lifecycles.machines.core import DefinitionError
+from lifecycles.machines.graph import reachable_statuses, statuses_reaching
 
 if TYPE_CHECKING:
     from lifecycles.machines.core import Lifecycle
@@ -95,38 +95,6 @@ def check_no_exit_from_final(lifecycle: AnyLifecycle) -> None:
     )
     if leaving:
         raise DefinitionError("no_exit_from_final", f"rows leave final statuses: {leaving}")
-
-
-def shortest_paths(lifecycle: AnyLifecycle) -> dict[str, tuple[Row, ...]]:
-    """For each status reachable from the initial one, the shortest run of rows to it."""
-    paths: dict[str, tuple[Row, ...]] = {lifecycle.initial.value: ()}
-    queue = deque(paths)
-    while queue:
-        status = queue.popleft()
-        for row in lifecycle.rows:
-            if row.source == status and row.dest not in paths:
-                paths[row.dest] = (*paths[status], row)
-                queue.append(row.dest)
-    return paths
-
-
-def reachable_statuses(lifecycle: AnyLifecycle) -> set[str]:
-    """Statuses reachable from the initial status through the table's rows."""
-    return set(shortest_paths(lifecycle))
-
-
-def statuses_reaching(lifecycle: AnyLifecycle, targets: Iterable[str]) -> set[str]:
-    """Statuses from which some row sequence leads to one of ``targets`` (targets excluded
-    unless they reach each other)."""
-    found: set[str] = set()
-    frontier = list(targets)
-    while frontier:
-        status = frontier.pop()
-        for row in lifecycle.rows:
-            if row.dest == status and row.source not in found:
-                found.add(row.source)
-                frontier.append(row.source)
-    return found
 
 
 def check_every_status_reachable(lifecycle: AnyLifecycle) -> None:

@@ -16,7 +16,9 @@ Beside its table a lifecycle declares an :class:`Exploration`:
 clock, no I/O). Every record it reaches is checked against every invariant; the first
 violation comes with the shortest trace from an initial record, because the search is
 breadth-first. It also counts how often each table row fired and which statuses were
-reached, so the checker can refuse a table with dead rows.
+reached, so the checker can refuse a table with dead rows. It walks records, not the
+table's statuses (that is :mod:`lifecycles.machines.graph`), and reads its traces back
+with the same :func:`~lifecycles.machines.graph.trace_back`.
 
 Nothing here imports Hypothesis: strategies are callables that import it themselves,
 so a production install never needs it.
@@ -33,6 +35,7 @@ import attrs
 
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
+from lifecycles.machines.graph import trace_back
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -277,13 +280,14 @@ class _Node(Generic[R]):
 
 
 def _trace(nodes: list[_Node[Any]], index: int) -> tuple[int, tuple[Step, ...]]:
-    steps: list[Step] = []
-    while index >= 0:
-        node = nodes[index]
-        if node.step is not None:
-            steps.append(node.step)
-        initial, index = node.initial, node.parent
-    return initial, tuple(reversed(steps))
+    """The initial record's number and the steps from it to node ``index``."""
+
+    def parent(at: int) -> tuple[int, Step] | None:
+        node = nodes[at]
+        return None if node.step is None else (node.parent, node.step)
+
+    root, steps = trace_back(index, parent)
+    return nodes[root].initial, tuple(steps)
 
 
 def explore(exploration: Exploration[R], *, keep_records: bool = False) -> ExplorationResult:
