@@ -21,7 +21,6 @@ guards all fail, raises :class:`TransitionRefused` and changes nothing.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import sys
@@ -34,7 +33,6 @@ import attrs
 from transitions import Machine, MachineError
 
 from lifecycles.invariants.core import (
-    FieldRule,
     FieldRuleViolation,
     InvariantSet,
     InvariantViolation,
@@ -380,7 +378,10 @@ class Lifecycle(Generic[R, I]):
                 raise EffectContractError(f"{effect_.name} wrote undeclared fields {undeclared}")
         changes[self.status_field] = self.statuses(row.dest)
         try:
-            new = evolve_checked(record, changes)
+            # attrs.evolve re-runs every field's converter and validator, not only the
+            # changed ones': measured, skipping the rest bought about 2.5 us of a 25 us
+            # transition and nothing visible on a public figure (SQLite commits dominate).
+            new = attrs.evolve(record, **changes)  # type: ignore[misc]
         except FieldRuleViolation as error:
             raise InvariantViolation(self.invariants.code, [error.rule]) from error
         self.invariants.check(new)
@@ -444,47 +445,6 @@ class Lifecycle(Generic[R, I]):
 
     def __repr__(self) -> str:
         return f"<Lifecycle {self.name} v{self.table_version}>"
-
-
-def evolve_checked(record: R, changes: Mapping[str, Any]) -> R:
-    """``attrs.evolve`` that runs the converters and validators of the changed fields only.
-
-    The other fields were validated when ``record`` was built and are copied as they
-    are: re-validating all of them on every transition is most of its cost.
-    """
-    record_type: Any = type(record)
-    fields = attrs.fields_dict(record_type)
-    if not _validates_fields_alone(record_type):
-        return attrs.evolve(record, **changes)  # type: ignore[misc]
-    new = object.__new__(record_type)
-    for name in fields:
-        object.__setattr__(new, name, getattr(record, name))
-    for name, value in changes.items():
-        converter: Any = fields[name].converter
-        object.__setattr__(new, name, value if converter is None else converter(value))
-    # Validate once every change is in place: a validator may read the other fields.
-    for name in changes:
-        field = fields[name]
-        if field.validator is not None:
-            field.validator(new, field, getattr(new, name))
-    result: R = new
-    return result
-
-
-@functools.cache
-def _validates_fields_alone(record_type: type) -> bool:
-    """True when every validator is a FieldRule (it reads only its own value), no converter
-    reads the instance and nothing is derived after init: then checking the changed fields
-    is checking everything. Otherwise ``attrs.evolve`` runs every validator."""
-    if hasattr(record_type, "__attrs_post_init__"):
-        return False
-    for field in attrs.fields(record_type):
-        if isinstance(field.converter, attrs.Converter):
-            return False
-        parts = getattr(field.validator, "_validators", (field.validator,))
-        if not all(part is None or isinstance(part, FieldRule) for part in parts):
-            return False
-    return True
 
 
 def _mark_fired(row: Row) -> Callable[[Any], None]:
