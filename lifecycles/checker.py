@@ -48,25 +48,29 @@ With --json, stdout is one JSON object: the error above, or the outcome
 from __future__ import annotations
 
 import argparse
-import importlib
 import io
 import json
-import os
 import sys
-import sysconfig
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any, TextIO
 
 import attrs
 
-import lifecycles
-import lifecycles.invariants
-import lifecycles.machines
-import lifecycles.stores
+from lifecycles.loading import (
+    CheckerError,
+    at,
+    declared_exploration,
+    explorations_in,
+    find_exploration,
+    import_failure,
+    import_target,
+    load_exploration,
+    one_line,
+    where,
+)
 from lifecycles.machines.checks import DEFINITION_CHECKS
 from lifecycles.machines.core import DefinitionError, Lifecycle
 from lifecycles.machines.exploration import (
@@ -76,195 +80,47 @@ from lifecycles.machines.exploration import (
     explore,
     replay,
 )
-from lifecycles.registry import import_target as registry_import_target
 from lifecycles.registry import registered
+from lifecycles.replay import TRACE_DIR_DEFAULT, import_root, write_replay
+from lifecycles.snapshot import (
+    SNAPSHOT_DEFAULT,
+    SnapshotSearch,
+    find_snapshot,
+    read_snapshot,
+    removed_statuses,
+    write_snapshot,
+)
+
+# What other modules and replay files import from here, wherever it is defined now.
+__all__ = [
+    "CheckerError",
+    "Outcome",
+    "Target",
+    "check_one",
+    "explorations_in",
+    "find_exploration",
+    "find_snapshot",
+    "import_failure",
+    "import_root",
+    "import_target",
+    "load_exploration",
+    "read_snapshot",
+    "register",
+    "removed_statuses",
+    "report_error",
+    "run_check",
+    "targets",
+    "where",
+    "write_replay",
+    "write_snapshot",
+]
 
 AnyLifecycle = Lifecycle[Any, Any]
 AnyExploration = Exploration[Any]
 
-SNAPSHOT_DEFAULT = "lifecycle-statuses.json"
-TRACE_DIR_DEFAULT = "lifecycles-traces"
-PROJECT_ROOT_MARKERS = ("pyproject.toml", ".git")
-
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_UNAVAILABLE = 2
-
-
-class CheckerError(Exception):
-    """The checker cannot run; ``error`` is a stable code of the module docstring.
-
-    The message is one line: where (``file:line`` when user code is at fault), what is
-    wrong and what to do. The exception at fault, if any, is the ``__cause__``.
-    """
-
-    code = "lifecycles.check_unavailable"
-
-    def __init__(self, error: str, message: str) -> None:
-        super().__init__(message)
-        self.error = error
-        self.message = message
-
-
-# --- where user code went wrong -----------------------------------------------------
-
-
-def _prefixes(paths: Iterable[str | Path]) -> tuple[str, ...]:
-    return tuple(f"{Path(p).resolve()}{os.sep}" for p in paths)
-
-
-def _own_directories() -> set[Path]:
-    """Where lifecycles' code runs from: its subpackages are mapped from top-level
-    folders, and a strict editable install links each file from elsewhere."""
-    packages = (lifecycles, lifecycles.machines, lifecycles.stores, lifecycles.invariants)
-    # Not __path__: lifecycles' own may hold a whole checkout root (see its __init__).
-    folders = {Path(package.__file__ or "").parent for package in packages}
-    return folders | {file.resolve().parent for folder in folders for file in folder.glob("*.py")}
-
-
-_OWN = _prefixes(_own_directories())
-_INSTALLED = _prefixes({sysconfig.get_paths()[key]
-                        for key in ("stdlib", "platstdlib", "purelib", "platlib")})
-
-
-def _display(path: str | Path) -> str:
-    """``path`` relative to the current directory when it lies below it."""
-    relative = os.path.relpath(path)
-    return str(path) if relative.startswith("..") else relative
-
-
-def where(error: BaseException, module_file: Path | None = None) -> str | None:
-    """``file:line`` of the user's code where ``error`` happened, or ``None``.
-
-    The innermost frame outside lifecycles, the standard library and installed packages
-    (a guard, an effect, the line of a ``Lifecycle(...)`` call, an ``import``); else the
-    innermost frame in ``module_file``; else the innermost frame outside lifecycles.
-    """
-    if isinstance(error, SyntaxError) and error.filename and error.lineno:
-        return f"{_display(error.filename)}:{error.lineno}"
-    frames: list[tuple[str, int]] = []
-    tb = error.__traceback__
-    while tb is not None:
-        name = tb.tb_frame.f_code.co_filename
-        if not name.startswith("<"):  # <frozen importlib._bootstrap>, <string>
-            frames.append((str(Path(name).resolve()), tb.tb_lineno))
-        tb = tb.tb_next
-    own_file = str(module_file.resolve()) if module_file is not None else None
-    tests: list[Callable[[str], bool]] = [
-        lambda name: not name.startswith(_OWN + _INSTALLED),
-        lambda name: name == own_file,
-        lambda name: not name.startswith(_OWN),
-    ]
-    for test in tests:
-        for name, line in reversed(frames):
-            if test(name):
-                return f"{_display(name)}:{line}"
-    return None
-
-
-def _at(place: str | None) -> str:
-    return f"{place}: " if place else ""
-
-
-def _one_line(error: BaseException) -> str:
-    text = str(error).strip()
-    first = text.splitlines()[0] if text else ""
-    return f"{type(error).__name__}: {first}" if first else type(error).__name__
-
-
-def _targets_named(missing: str | None, target: str) -> bool:
-    """Whether ``ModuleNotFoundError.name`` is ``target`` itself or one of its parents."""
-    return missing is not None and (target == missing or target.startswith(f"{missing}."))
-
-
-def import_failure(target: str, error: BaseException, module_file: Path | None = None
-                   ) -> CheckerError:
-    """The :class:`CheckerError` for ``error``, raised while importing ``target``."""
-    place = _at(where(error, module_file))
-    if isinstance(error, SyntaxError):
-        return CheckerError("module_syntax_error",
-                            f"{place}{type(error).__name__}: {error.msg}: {target} does not "
-                            "import; fix the syntax there")
-    if isinstance(error, ModuleNotFoundError):
-        if _targets_named(error.name, target):
-            return CheckerError("module_not_found",
-                                f"no module named {target!r}: run from the directory it is "
-                                "imported from, or pass the path to its .py file")
-        return CheckerError("module_not_found",
-                            f"{place}{target} imports {error.name!r}, which is not installed "
-                            "or not on the path: install it, or fix the import there")
-    if isinstance(error, DefinitionError):
-        return CheckerError("definition_invalid",
-                            f"{place}the lifecycle declared here is invalid: {error}; fix its "
-                            "table or declaration there")
-    return CheckerError("module_import_failed",
-                        f"{place}{_one_line(error)} (raised while importing {target}); fix "
-                        "the code there (--traceback shows the traceback)")
-
-
-# --- finding lifecycles and their exploration inputs ---------------------------------
-
-
-def import_target(target: str) -> ModuleType:
-    """Import a module named on the command line (see :func:`registry.import_target`);
-    any failure becomes a :class:`CheckerError` naming the line at fault."""
-    module_file = Path(target) if target.endswith(".py") else None
-    if module_file is not None and not module_file.is_file():
-        raise CheckerError("module_not_found", f"no such file: {target}")
-    try:
-        return registry_import_target(target)
-    except (Exception, SystemExit) as error:  # a module may sys.exit() while importing
-        raise import_failure(target, error, module_file) from error
-
-
-def _spec_module(spec: str) -> tuple[str, str]:
-    module, _, attribute = spec.rpartition(":")
-    if not module or not attribute:
-        raise CheckerError("exploration_not_found",
-                           f"{spec!r} is not 'module:ATTRIBUTE' or 'path.py:ATTRIBUTE'")
-    return module, attribute
-
-
-def load_exploration(spec: str) -> AnyExploration:
-    """The :class:`Exploration` named by ``module:ATTRIBUTE`` (module may be a path)."""
-    module, attribute = _spec_module(spec)
-    found = getattr(import_target(module), attribute, None)
-    if not isinstance(found, Exploration):
-        raise CheckerError("exploration_not_found", f"{spec} is not an Exploration")
-    return found
-
-
-def explorations_in(module: ModuleType, target: str) -> list[tuple[AnyExploration, str]]:
-    """Every module-level :class:`Exploration` in ``module``, with its replay spec."""
-    return [
-        (value, f"{target}:{name}")
-        for name, value in vars(module).items()
-        if isinstance(value, Exploration) and not name.startswith("_")
-    ]
-
-
-def find_exploration(lifecycle: AnyLifecycle) -> tuple[AnyExploration, str] | None:
-    """The exploration declared beside ``lifecycle``'s table: ``<module>_inputs``, then
-    ``<module>`` itself."""
-    for name in (f"{lifecycle.module}_inputs", lifecycle.module):
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as error:
-            if error.name != name:
-                raise
-            continue
-        for exploration, spec in explorations_in(module, name):
-            if exploration.lifecycle is lifecycle:
-                return exploration, spec
-    return None
-
-
-def _declared_exploration(lifecycle: AnyLifecycle) -> tuple[AnyExploration, str] | None:
-    """:func:`find_exploration`, with an inputs module that fails to import reported."""
-    try:
-        return find_exploration(lifecycle)
-    except (Exception, SystemExit) as error:
-        raise import_failure(f"the exploration inputs of {lifecycle.name}", error) from error
 
 
 @attrs.frozen
@@ -294,13 +150,13 @@ def targets(names: Sequence[str], modules: Sequence[str]) -> list[Target]:
             if (isinstance(value, Lifecycle) and value.module == module.__name__
                     and id(value) not in explored):
                 explored.add(id(value))
-                declared = _declared_exploration(value)
+                declared = declared_exploration(value)
                 found.append(Target(value, *(declared or (None, None))))
     if not modules or names:
         known = {id(t.lifecycle) for t in found}
         for lifecycle in registered().values():
             if id(lifecycle) not in known:
-                declared = _declared_exploration(lifecycle)
+                declared = declared_exploration(lifecycle)
                 found.append(Target(lifecycle, *(declared or (None, None))))
     if names:
         unknown = sorted(set(names) - {t.lifecycle.name for t in found})
@@ -312,163 +168,6 @@ def targets(names: Sequence[str], modules: Sequence[str]) -> list[Target]:
                 "--module MODULE for a lifecycle that is not registered")
         found = [t for t in found if t.lifecycle.name in names]
     return found
-
-
-# --- the status snapshot ------------------------------------------------------------
-
-
-@attrs.frozen
-class SnapshotSearch:
-    """Where ``lifecycle-statuses.json`` was looked for, and what was found."""
-
-    start: Path
-    found: Path | None
-    root: Path | None  # the project root the search stopped at, if any
-
-    @property
-    def record_path(self) -> Path:
-        """Where ``--record-statuses`` writes: the snapshot found, else at the root."""
-        return self.found or (self.root or self.start) / SNAPSHOT_DEFAULT
-
-    def warning(self) -> str:
-        limit = (f"up to the project root {self.root}" if self.root
-                 else "(no project root: no pyproject.toml or .git above it)")
-        return (f"no status snapshot found: {SNAPSHOT_DEFAULT} not in {self.start} or any "
-                f"parent {limit}; removed statuses cannot be detected — pass --statuses "
-                "FILE or run --record-statuses")
-
-
-def find_snapshot(start: Path | None = None) -> SnapshotSearch:
-    """Look for the snapshot from ``start`` (the current directory) upwards, up to and
-    including the first directory holding ``pyproject.toml`` or ``.git``."""
-    here = (start or Path.cwd()).resolve()
-    for directory in (here, *here.parents):
-        candidate = directory / SNAPSHOT_DEFAULT
-        if candidate.is_file():
-            # Shown as found from here (e.g. ../lifecycle-statuses.json): a parent at most.
-            return SnapshotSearch(here, Path(os.path.relpath(candidate)), None)
-        if any((directory / marker).exists() for marker in PROJECT_ROOT_MARKERS):
-            return SnapshotSearch(here, None, directory)
-    return SnapshotSearch(here, None, None)
-
-
-def _snapshot_invalid(path: Path, line: int | None, problem: str) -> CheckerError:
-    place = f"{path}:{line}" if line else str(path)
-    return CheckerError("snapshot_invalid",
-                        f"{place}: not a status snapshot: {problem}; fix it, or delete it and "
-                        "run `lifecycles check --record-statuses`")
-
-
-def read_snapshot(path: Path) -> dict[str, dict[str, Any]]:
-    """The recorded statuses per lifecycle name (empty when the file does not exist)."""
-    if not path.is_file():
-        return {}
-    try:
-        content = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise _snapshot_invalid(path, error.lineno, f"invalid JSON ({error.msg})") from error
-    except (OSError, UnicodeDecodeError) as error:
-        raise _snapshot_invalid(path, None, _one_line(error)) from error
-    lifecycles_ = content.get("lifecycles") if isinstance(content, dict) else None
-    if not isinstance(lifecycles_, dict):
-        raise _snapshot_invalid(path, None, 'expected {"lifecycles": {NAME: {...}}}')
-    for name, recorded in lifecycles_.items():
-        statuses = recorded.get("statuses") if isinstance(recorded, dict) else None
-        if not (isinstance(statuses, list) and all(isinstance(s, str) for s in statuses)):
-            raise _snapshot_invalid(path, None, f"lifecycle {name!r} has no list of statuses")
-    return lifecycles_
-
-
-def write_snapshot(path: Path, lifecycles: Iterable[AnyLifecycle]) -> None:
-    """Record the statuses each lifecycle's stored records may hold from now on."""
-    recorded = read_snapshot(path)
-    for lifecycle in lifecycles:
-        recorded[lifecycle.name] = {
-            "statuses": [status.value for status in lifecycle.statuses],
-            "final": sorted(status.value for status in lifecycle.final),
-            "table_version": lifecycle.table_version,
-        }
-    content = {
-        "about": (
-            "Statuses that stored records may hold, per lifecycle. `lifecycles check` fails "
-            "when a table no longer declares one; after migrating stored records, update "
-            "this file with `lifecycles check --record-statuses`."
-        ),
-        "lifecycles": dict(sorted(recorded.items())),
-    }
-    path.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
-
-
-def removed_statuses(lifecycle: AnyLifecycle, recorded: dict[str, Any] | None) -> list[str]:
-    """Statuses recorded for ``lifecycle`` that its table no longer declares."""
-    if not recorded:
-        return []
-    declared = {status.value for status in lifecycle.statuses}
-    return [status for status in recorded.get("statuses", []) if status not in declared]
-
-
-# --- the replay file ----------------------------------------------------------------
-
-
-def _identifier(text: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in text).strip("_") or "lifecycle"
-
-
-def import_root(spec: str) -> str | None:
-    """The directory a replay must put on ``sys.path`` to import ``spec``'s module.
-
-    ``None`` for a ``.py`` path (imported by path) and for lifecycles' own modules
-    (installed); for a dotted name, the folder above its top-level package, else the
-    current directory (where the checker imported it from).
-    """
-    module_name = spec.rpartition(":")[0]
-    if module_name.endswith(".py") or module_name.split(".")[0] == "lifecycles":
-        return None
-    module = sys.modules.get(module_name)
-    file = getattr(module, "__file__", None)
-    if file is not None:
-        root = Path(file).resolve().parent
-        for _ in range(module_name.count(".") + (Path(file).name == "__init__.py")):
-            root = root.parent
-        top = module_name.split(".")[0]
-        if (root / top).is_dir() or (root / f"{top}.py").is_file():
-            return str(root)
-    return str(Path.cwd().resolve())
-
-
-def write_replay(directory: Path, spec: str, lifecycle: AnyLifecycle, violation: Violation) -> Path:
-    """Write a pytest file replaying ``violation``'s trace; fails until it is fixed.
-
-    It runs from any directory: ``SPEC`` is an absolute path, or ``IMPORT_ROOT`` is
-    where its dotted module was imported from.
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    name = _identifier(lifecycle.name)
-    path = directory / f"test_replay_{name}.py"
-    steps = "".join(
-        f"    ({step.move!r}, {step.choice}, {step.description!r}),\n" for step in violation.trace
-    )
-    path.write_text(
-        f'"""Shortest violation found by `lifecycles check` in {lifecycle.name} '
-        f"(table v{lifecycle.table_version}).\n\n"
-        f"{violation.message}\n\n"
-        "Replays the trace from the initial record: it fails while the violation is\n"
-        "there and passes once it is fixed; if the exploration inputs changed since, it\n"
-        'fails with TraceMismatch (re-run `lifecycles check`).\n"""\n\n'
-        "import sys\n\n"
-        "from lifecycles.checker import load_exploration\n"
-        "from lifecycles.machines.exploration import replay\n\n"
-        f"SPEC = {spec!r}\n"
-        f"IMPORT_ROOT = {import_root(spec)!r}\n"
-        f"INITIAL = {violation.initial}\n"
-        f"STEPS = [\n{steps}]\n\n\n"
-        f"def test_{name}_trace_holds_every_invariant() -> None:\n"
-        "    if IMPORT_ROOT is not None and IMPORT_ROOT not in sys.path:\n"
-        "        sys.path.append(IMPORT_ROOT)\n"
-        "    replay(load_exploration(SPEC), INITIAL, STEPS)\n",
-        encoding="utf-8",
-    )
-    return path
 
 
 # --- running and reporting -------------------------------------------------------------
@@ -502,7 +201,7 @@ def _explore(target: Target, exploration: AnyExploration) -> ExplorationResult:
     except Exception as error:
         raise CheckerError(
             "check_raised",
-            f"{_at(where(error))}{_one_line(error)} (raised while exploring "
+            f"{at(where(error))}{one_line(error)} (raised while exploring "
             f"{target.lifecycle.name}, outside any step: its initial records, choices, "
             "descriptions or abstraction); fix the code there (--traceback shows the traceback)",
         ) from error
@@ -521,7 +220,7 @@ def _raised_in_step(target: Target, exploration: AnyExploration, violation: Viol
     replayed = f", replay: pytest {replay_path}" if replay_path else ""
     failure = CheckerError(
         "check_raised",
-        f"{_at(where(reproduced) if reproduced else None)}{violation.message} (raised by a "
+        f"{at(where(reproduced) if reproduced else None)}{violation.message} (raised by a "
         f"guard, effect, invariant or move while exploring {target.lifecycle.name}, "
         f"{len(steps)} steps from initial record {violation.initial}: trace above{replayed}); "
         "fix the code there (--traceback shows the traceback)",

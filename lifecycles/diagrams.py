@@ -277,7 +277,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The ``diagrams`` command: 0 when written or clean, 1 on drift, 2 on an error."""
-    from lifecycles.checker import CheckerError, import_target
+    from lifecycles.loading import CheckerError, import_target
     from lifecycles.registry import lifecycles_in, registered
 
     if args.module and args.output is None:

@@ -1,0 +1,206 @@
+"""Loading user code for the checker: import a module named on the command line, find
+the exploration declared beside a table, and say at which ``file:line`` user code failed.
+
+Every failure becomes a :class:`CheckerError` with a stable code and one line saying
+where and what to do; ``lifecycles diagrams --module`` reports import failures the same
+way.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sysconfig
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import lifecycles
+import lifecycles.invariants
+import lifecycles.machines
+import lifecycles.stores
+from lifecycles.machines.core import DefinitionError, Lifecycle
+from lifecycles.machines.exploration import Exploration
+from lifecycles.registry import import_target as registry_import_target
+
+AnyLifecycle = Lifecycle[Any, Any]
+AnyExploration = Exploration[Any]
+
+
+class CheckerError(Exception):
+    """The checker cannot run; ``error`` is a stable code of the module docstring.
+
+    The message is one line: where (``file:line`` when user code is at fault), what is
+    wrong and what to do. The exception at fault, if any, is the ``__cause__``.
+    """
+
+    code = "lifecycles.check_unavailable"
+
+    def __init__(self, error: str, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+# --- where user code went wrong -----------------------------------------------------
+
+
+def _prefixes(paths: Iterable[str | Path]) -> tuple[str, ...]:
+    return tuple(f"{Path(p).resolve()}{os.sep}" for p in paths)
+
+
+def _own_directories() -> set[Path]:
+    """Where lifecycles' code runs from: its subpackages are mapped from top-level
+    folders, and a strict editable install links each file from elsewhere."""
+    packages = (lifecycles, lifecycles.machines, lifecycles.stores, lifecycles.invariants)
+    # Not __path__: lifecycles' own may hold a whole checkout root (see its __init__).
+    folders = {Path(package.__file__ or "").parent for package in packages}
+    return folders | {file.resolve().parent for folder in folders for file in folder.glob("*.py")}
+
+
+_OWN = _prefixes(_own_directories())
+_INSTALLED = _prefixes({sysconfig.get_paths()[key]
+                        for key in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def _display(path: str | Path) -> str:
+    """``path`` relative to the current directory when it lies below it."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def where(error: BaseException, module_file: Path | None = None) -> str | None:
+    """``file:line`` of the user's code where ``error`` happened, or ``None``.
+
+    The innermost frame outside lifecycles, the standard library and installed packages
+    (a guard, an effect, the line of a ``Lifecycle(...)`` call, an ``import``); else the
+    innermost frame in ``module_file``; else the innermost frame outside lifecycles.
+    """
+    if isinstance(error, SyntaxError) and error.filename and error.lineno:
+        return f"{_display(error.filename)}:{error.lineno}"
+    frames: list[tuple[str, int]] = []
+    tb = error.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not name.startswith("<"):  # <frozen importlib._bootstrap>, <string>
+            frames.append((str(Path(name).resolve()), tb.tb_lineno))
+        tb = tb.tb_next
+    own_file = str(module_file.resolve()) if module_file is not None else None
+    tests: list[Callable[[str], bool]] = [
+        lambda name: not name.startswith(_OWN + _INSTALLED),
+        lambda name: name == own_file,
+        lambda name: not name.startswith(_OWN),
+    ]
+    for test in tests:
+        for name, line in reversed(frames):
+            if test(name):
+                return f"{_display(name)}:{line}"
+    return None
+
+
+def at(place: str | None) -> str:
+    """``place: `` to start a message with, or nothing when the place is unknown."""
+    return f"{place}: " if place else ""
+
+
+def one_line(error: BaseException) -> str:
+    """``Type: first line of the message``: an error on one line."""
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+def _targets_named(missing: str | None, target: str) -> bool:
+    """Whether ``ModuleNotFoundError.name`` is ``target`` itself or one of its parents."""
+    return missing is not None and (target == missing or target.startswith(f"{missing}."))
+
+
+def import_failure(target: str, error: BaseException, module_file: Path | None = None
+                   ) -> CheckerError:
+    """The :class:`CheckerError` for ``error``, raised while importing ``target``."""
+    place = at(where(error, module_file))
+    if isinstance(error, SyntaxError):
+        return CheckerError("module_syntax_error",
+                            f"{place}{type(error).__name__}: {error.msg}: {target} does not "
+                            "import; fix the syntax there")
+    if isinstance(error, ModuleNotFoundError):
+        if _targets_named(error.name, target):
+            return CheckerError("module_not_found",
+                                f"no module named {target!r}: run from the directory it is "
+                                "imported from, or pass the path to its .py file")
+        return CheckerError("module_not_found",
+                            f"{place}{target} imports {error.name!r}, which is not installed "
+                            "or not on the path: install it, or fix the import there")
+    if isinstance(error, DefinitionError):
+        return CheckerError("definition_invalid",
+                            f"{place}the lifecycle declared here is invalid: {error}; fix its "
+                            "table or declaration there")
+    return CheckerError("module_import_failed",
+                        f"{place}{one_line(error)} (raised while importing {target}); fix "
+                        "the code there (--traceback shows the traceback)")
+
+
+# --- finding lifecycles and their exploration inputs ---------------------------------
+
+
+def import_target(target: str) -> ModuleType:
+    """Import a module named on the command line (see :func:`registry.import_target`);
+    any failure becomes a :class:`CheckerError` naming the line at fault."""
+    module_file = Path(target) if target.endswith(".py") else None
+    if module_file is not None and not module_file.is_file():
+        raise CheckerError("module_not_found", f"no such file: {target}")
+    try:
+        return registry_import_target(target)
+    except (Exception, SystemExit) as error:  # a module may sys.exit() while importing
+        raise import_failure(target, error, module_file) from error
+
+
+def _spec_module(spec: str) -> tuple[str, str]:
+    module, _, attribute = spec.rpartition(":")
+    if not module or not attribute:
+        raise CheckerError("exploration_not_found",
+                           f"{spec!r} is not 'module:ATTRIBUTE' or 'path.py:ATTRIBUTE'")
+    return module, attribute
+
+
+def load_exploration(spec: str) -> AnyExploration:
+    """The :class:`Exploration` named by ``module:ATTRIBUTE`` (module may be a path)."""
+    module, attribute = _spec_module(spec)
+    found = getattr(import_target(module), attribute, None)
+    if not isinstance(found, Exploration):
+        raise CheckerError("exploration_not_found", f"{spec} is not an Exploration")
+    return found
+
+
+def explorations_in(module: ModuleType, target: str) -> list[tuple[AnyExploration, str]]:
+    """Every module-level :class:`Exploration` in ``module``, with its replay spec."""
+    return [
+        (value, f"{target}:{name}")
+        for name, value in vars(module).items()
+        if isinstance(value, Exploration) and not name.startswith("_")
+    ]
+
+
+def find_exploration(lifecycle: AnyLifecycle) -> tuple[AnyExploration, str] | None:
+    """The exploration declared beside ``lifecycle``'s table: ``<module>_inputs``, then
+    ``<module>`` itself."""
+    for name in (f"{lifecycle.module}_inputs", lifecycle.module):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name != name:
+                raise
+            continue
+        for exploration, spec in explorations_in(module, name):
+            if exploration.lifecycle is lifecycle:
+                return exploration, spec
+    return None
+
+
+def declared_exploration(lifecycle: AnyLifecycle) -> tuple[AnyExploration, str] | None:
+    """:func:`find_exploration`, with an inputs module that fails to import reported."""
+    try:
+        return find_exploration(lifecycle)
+    except (Exception, SystemExit) as error:
+        raise import_failure(f"the exploration inputs of {lifecycle.name}", error) from error
