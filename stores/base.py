@@ -24,6 +24,13 @@ Guarantees every implementation documents and the conformance suite checks:
 * **Idempotent creation.** :meth:`Store.insert` of a key that exists writes nothing
   and returns what is stored, so the caller decides whether that is a repeat or a
   collision.
+
+Storage and leasing are separate capabilities. :class:`Store` is storage: get,
+insert, write, scan, counts, transaction. A store for a lifecycle that declares a
+lease also answers the lease queries of :class:`LeasingStore` (the first due record,
+the expired leases, and their counts); the protocol that drives them (rescue, claim,
+pass over) is pure code in :mod:`lifecycles.machines.lease`, so a store decides
+nothing about leases and a store for a lifecycle without one implements neither.
 """
 
 from __future__ import annotations
@@ -31,12 +38,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
 from lifecycles.invariants.core import InvariantViolation, build_record
-from lifecycles.machines.core import Lifecycle, LifecycleError, Row, TransitionRefused
+from lifecycles.machines import lease as lease_protocol
+from lifecycles.machines.core import Lease, Lifecycle, LifecycleError, Row
+from lifecycles.machines.lease import NotLeasable
 
 R = TypeVar("R")
 I = TypeVar("I")  # noqa: E741
@@ -81,15 +90,61 @@ class UniqueViolation(StoreError):
     code = "lifecycles.unique_violation"
 
 
-class NotLeasable(StoreError):
-    """Raised when a lease operation is asked of a lifecycle that declares no lease."""
+__all__ = [
+    "LeasingStore",
+    "NotLeasable",
+    "SchemaMismatch",
+    "StaleRecord",
+    "Store",
+    "StoreDamaged",
+    "StoreError",
+    "StoreUnavailable",
+    "TransactionNested",
+    "UniqueViolation",
+]
 
-    code = "lifecycles.not_leasable"
+
+@runtime_checkable
+class LeasingStore(Protocol[R]):
+    """The leasing capability: the queries :mod:`lifecycles.machines.lease` asks.
+
+    Implemented by the stores of leased lifecycles beside :class:`Store`'s storage;
+    every answer is validated like any read, and reflects the store's state inside
+    the caller's transaction.
+    """
+
+    def transaction(self) -> AbstractContextManager[None]: ...
+
+    def write(self, before: R, after: R, row: Row) -> None: ...
+
+    def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None:
+        """The claimable record due at ``now`` that is first in the lease order.
+
+        Keys in ``exclude`` are passed over: the claim protocol uses it to skip a due
+        record whose claim guards refuse, instead of letting it block the queue.
+        """
+        ...
+
+    def expired_leases(self, now: float) -> list[R]:
+        """Leased records whose lease has expired at ``now``."""
+        ...
+
+    def count_due(self, now: float) -> int:
+        """Claimable records that are due at ``now``."""
+        ...
+
+    def count_expired(self, now: float) -> int:
+        """Leased records whose lease has expired at ``now``."""
+        ...
 
 
 class Store(ABC, Generic[R]):
     """Records of one lifecycle. Subclasses implement the abstract primitives;
     the transition helpers below are written once on top of them."""
+
+    # Whether each store class answers the lease queries (a Protocol isinstance check
+    # looks up every member; a claim asks once per call, so the answer is kept).
+    _leasing_types: ClassVar[dict[type, bool]] = {}
 
     lifecycle: Lifecycle[R, Any]
 
@@ -122,28 +177,8 @@ class Store(ABC, Generic[R]):
         """
 
     @abstractmethod
-    def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None:
-        """The claimable record due at ``now`` that is first in the lease order.
-
-        Keys in ``exclude`` are passed over: :meth:`claim` uses it to skip a due
-        record whose claim guards refuse, instead of letting it block the queue.
-        """
-
-    @abstractmethod
-    def expired_leases(self, now: float) -> list[R]:
-        """Leased records whose lease has expired at ``now``."""
-
-    @abstractmethod
     def count_by_status(self) -> dict[str, int]:
         """How many records hold each declared status (zero included)."""
-
-    @abstractmethod
-    def count_due(self, now: float) -> int:
-        """Claimable records that are due at ``now``."""
-
-    @abstractmethod
-    def count_expired(self, now: float) -> int:
-        """Leased records whose lease has expired at ``now``."""
 
     @abstractmethod
     def scan(self) -> Iterator[R]:
@@ -173,36 +208,27 @@ class Store(ABC, Generic[R]):
         self.write(record, after, row)
         return after
 
+    def leasing(self) -> LeasingStore[R]:
+        """This store as a :class:`LeasingStore`; :class:`NotLeasable` when the lifecycle
+        declares no lease or the store answers no lease queries."""
+        lease_protocol.declared_lease(self.lifecycle)
+        kind = type(self)
+        answers = self._leasing_types.get(kind)
+        if answers is None:
+            answers = self._leasing_types[kind] = isinstance(self, LeasingStore)
+        if not answers:
+            raise NotLeasable(f"{kind.__name__} answers no lease queries")
+        return self  # type: ignore[return-value]  # checked just above
+
     def recover_expired(self, inputs: Any) -> list[R]:
-        """Fire the lease-expiry trigger on every expired lease; returns the new records."""
-        lease = self._lease()
-        return [
-            self.fire(record, lease.expiry_trigger, inputs)
-            for record in self.expired_leases(inputs.now)
-        ]
+        """Fire the lease-expiry trigger on every expired lease; returns the new records
+        (:func:`lifecycles.machines.lease.recover_expired`)."""
+        return lease_protocol.recover_expired(self.leasing(), self.lifecycle, inputs)
 
     def claim(self, inputs: Any) -> R | None:
-        """In one transaction: recover expired leases, then lease the first due record.
-
-        A due record whose claim guards refuse (say, failures already spent) is
-        passed over, never claimed and never allowed to block the records behind it.
-        """
-        lease = self._lease()
-        with self.transaction():
-            self.recover_expired(inputs)
-            passed_over: set[str] = set()
-            while (candidate := self.next_due(inputs.now, frozenset(passed_over))) is not None:
-                try:
-                    row = self.lifecycle.select_row(lease.trigger, candidate, inputs)
-                except TransitionRefused:
-                    passed_over.add(self.lifecycle.key_of(candidate))
-                    continue
-                after = self.lifecycle.apply_row(row, candidate, inputs)
-                self.write(candidate, after, row)
-                if self.on_lease is not None:
-                    self.on_lease(after)
-                return after
-            return None
+        """In one transaction: recover expired leases, then lease the first due record,
+        passing over refused ones (:func:`lifecycles.machines.lease.claim`)."""
+        return lease_protocol.claim(self.leasing(), self.lifecycle, inputs, self.on_lease)
 
     def check_schema(self) -> None:
         """Raise :class:`SchemaMismatch` if another connection changed the schema (or the
@@ -222,10 +248,8 @@ class Store(ABC, Generic[R]):
         """Problems the storage engine itself reports (SQLite ``quick_check``); none by default."""
         return []
 
-    def _lease(self) -> Any:
-        if self.lifecycle.lease is None:
-            raise NotLeasable(f"{self.lifecycle.name} declares no lease")
-        return self.lifecycle.lease
+    def _lease(self) -> Lease:
+        return lease_protocol.declared_lease(self.lifecycle)
 
     def token_of(self, record: R) -> object:
         """The record's lease token (``None`` for lifecycles without leases)."""

@@ -1,7 +1,9 @@
 """The in-memory reference store: the contract in a few lines, durable never.
 
 Every real store is compared against this one by the conformance suite, so it
-favours obviousness over speed.
+favours obviousness over speed. Its lease queries are the lease protocol's own pure
+predicates (:mod:`lifecycles.machines.lease`) applied to the records it holds, so
+the SQL stores' generated queries are tied to the protocol through it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from lifecycles.machines import lease
 from lifecycles.machines.core import Lifecycle, Row
 from lifecycles.stores.base import StaleRecord, Store
 
@@ -18,7 +21,11 @@ R = TypeVar("R")
 
 
 class MemoryStore(Store[R]):
-    """Records in a dict. A transaction holds a lock and restores a snapshot on error."""
+    """Records in a dict. A transaction holds a lock and restores a snapshot on error.
+
+    Answers the lease queries (:class:`~lifecycles.stores.base.LeasingStore`); for a
+    lifecycle without a lease they raise ``NotLeasable``.
+    """
 
     def __init__(self, lifecycle: Lifecycle[R, Any]) -> None:
         self.lifecycle = lifecycle
@@ -60,28 +67,16 @@ class MemoryStore(Store[R]):
                 raise StaleRecord(f"{key} changed since it was read")
             self._records[key] = self.lifecycle.check(after)
 
-    def _due(self, now: float) -> list[R]:
-        lease = self._lease()
-        claimable = self.lifecycle.claimable
-        return [
-            r for r in self._records.values()
-            if self.lifecycle.status_of(r) in claimable and getattr(r, lease.due_field) <= now
-        ]
+    # -- the lease queries: the protocol's own pure answers over the records held ----
 
     def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None:
-        lease = self._lease()
-        due = sorted(
-            (r for r in self._due(now) if self.lifecycle.key_of(r) not in exclude),
-            key=lambda r: [getattr(r, f) for f in lease.order_by],
-        )
-        return self.lifecycle.check(due[0]) if due else None
+        due = lease.first_due(self.lifecycle, self._records.values(), now, exclude)
+        return None if due is None else self.lifecycle.check(due)
 
     def expired_leases(self, now: float) -> list[R]:
-        lease = self._lease()
         return [
-            self.lifecycle.check(r) for r in self._records.values()
-            if self.lifecycle.status_of(r) == self.lifecycle.leased
-            and getattr(r, lease.expires_field) <= now
+            self.lifecycle.check(record)
+            for record in lease.expired(self.lifecycle, self._records.values(), now)
         ]
 
     def count_by_status(self) -> dict[str, int]:
@@ -91,7 +86,7 @@ class MemoryStore(Store[R]):
         return counts
 
     def count_due(self, now: float) -> int:
-        return len(self._due(now))
+        return sum(lease.is_due(self.lifecycle, r, now) for r in self._records.values())
 
     def count_expired(self, now: float) -> int:
         return len(self.expired_leases(now))

@@ -1,0 +1,216 @@
+"""The lease protocol: which records to rescue, which to claim, what to do when refused.
+
+A lifecycle that declares a :class:`~lifecycles.machines.core.Lease` hands its
+records to workers. The protocol is decided here, without I/O, by pure functions
+over what a store answers; stores only answer queries (:class:`LeaseQueries`:
+"the first due record in claim order, passing over these keys", "the records whose
+lease has expired") and write compare-and-set. Every set the protocol uses comes
+from the table: the claimable statuses are the sources of the lease trigger, the
+leased status its dest.
+
+One claim, in one store transaction:
+
+1. **Rescue.** Every record whose lease has expired at ``now`` (leased status,
+   expiry time ``<= now``) fires the lease's expiry trigger. A worker that stalled
+   gets its record taken from it; what its row writes (a retry, a failure) is the
+   table's decision, not the protocol's.
+2. **Claim.** The first due record in claim order (a claimable status, due time
+   ``<= now``, ordered by ``lease.order_by``) fires the lease trigger, which writes
+   a new lease token and expiry.
+3. **Pass over.** When the claim's guards refuse that record (say, its failures are
+   spent), it is passed over and the next due record is asked for: a refused
+   candidate never blocks the records behind it, and is never written.
+
+Properties (checked by tests/test_lease_protocol.py and the conformance suite; the
+checker explores them with several workers on the memory store):
+
+* **At most one live lease per record.** Only a claimable record is claimed, and
+  the leased status is not claimable; a record leaves the leased status only by a
+  row of the table (completion, or rescue once the lease has expired).
+* **A superseded lease's completion is refused.** Every write is compare-and-set on
+  the key, the status and the lease token the writer read. Once a record is rescued
+  and claimed again it carries another token, so the first worker's late write
+  matches nothing and is refused (``StaleRecord``), changing nothing.
+* **A refused candidate never blocks the queue.** Passed-over keys are excluded
+  from the next query, so each step either grants a lease, passes over one more
+  key, or finds nothing due: a claim ends after at most one query per due record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar
+
+import attrs
+
+from lifecycles.machines.core import Lease, Lifecycle, LifecycleError, Row, TransitionRefused
+
+R = TypeVar("R")
+
+
+class NotLeasable(LifecycleError):
+    """A lease operation was asked of a lifecycle that declares no lease."""
+
+    code = "lifecycles.not_leasable"
+
+
+class LeaseQueries(Protocol[R]):
+    """What the protocol asks of a store: two queries, one write, one transaction."""
+
+    def transaction(self) -> AbstractContextManager[None]: ...
+
+    def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None: ...
+
+    def expired_leases(self, now: float) -> list[R]: ...
+
+    def write(self, before: R, after: R, row: Row) -> None: ...
+
+
+def declared_lease(lifecycle: Lifecycle[Any, Any]) -> Lease:
+    """The lifecycle's lease; :class:`NotLeasable` when it declares none."""
+    if lifecycle.lease is None:
+        raise NotLeasable(f"{lifecycle.name} declares no lease")
+    return lifecycle.lease
+
+
+# --- which records: pure predicates, the reference for every store's queries -------
+
+
+def claimable_statuses(lifecycle: Lifecycle[Any, Any]) -> tuple[str, ...]:
+    """The statuses a worker may claim from (the lease trigger's sources), sorted."""
+    declared_lease(lifecycle)
+    return tuple(sorted(status.value for status in lifecycle.claimable))
+
+
+def leased_status(lifecycle: Lifecycle[Any, Any]) -> str:
+    """The status a claimed record holds (the lease trigger's dest)."""
+    declared_lease(lifecycle)
+    return str(lifecycle.leased)
+
+
+def is_due(lifecycle: Lifecycle[R, Any], record: R, now: float) -> bool:
+    """A claimable record whose due time has come."""
+    lease = declared_lease(lifecycle)
+    return lifecycle.status_of(record) in lifecycle.claimable and bool(
+        getattr(record, lease.due_field) <= now
+    )
+
+
+def is_expired(lifecycle: Lifecycle[R, Any], record: R, now: float) -> bool:
+    """A leased record whose lease has run out (expiry ``<= now``)."""
+    lease = declared_lease(lifecycle)
+    return lifecycle.status_of(record) == lifecycle.leased and bool(
+        getattr(record, lease.expires_field) <= now
+    )
+
+
+def claim_order(lifecycle: Lifecycle[R, Any], record: R) -> tuple[Any, ...]:
+    """The sort key that decides which due record is claimed first."""
+    return tuple(getattr(record, name) for name in declared_lease(lifecycle).order_by)
+
+
+def first_due(
+    lifecycle: Lifecycle[R, Any], records: Iterable[R], now: float,
+    exclude: frozenset[str] = frozenset(),
+) -> R | None:
+    """What ``next_due`` answers, over records in hand: the first due one in claim order."""
+    due = [
+        record for record in records
+        if is_due(lifecycle, record, now) and lifecycle.key_of(record) not in exclude
+    ]
+    return min(due, key=lambda record: claim_order(lifecycle, record), default=None)
+
+
+def expired(lifecycle: Lifecycle[R, Any], records: Iterable[R], now: float) -> list[R]:
+    """What ``expired_leases`` answers, over records in hand."""
+    return [record for record in records if is_expired(lifecycle, record, now)]
+
+
+# --- what to do with a store's answer: pure decisions ------------------------------
+
+
+@attrs.frozen
+class Grant:
+    """Write ``after`` over ``before`` by ``row``: a lease granted, or an expired one rescued."""
+
+    before: Any
+    row: Row
+    after: Any
+
+
+@attrs.frozen
+class PassOver:
+    """The candidate's claim guards refused it: exclude its key and ask again."""
+
+    key: str
+
+
+def rescue(lifecycle: Lifecycle[R, Any], record: R, inputs: Any) -> Grant:
+    """The expiry trigger's row for an expired lease, and the record it writes.
+
+    A refusal (``TransitionRefused``) propagates: an expired lease the table cannot
+    end is a broken table, not a record to pass over.
+    """
+    trigger = declared_lease(lifecycle).expiry_trigger
+    row = lifecycle.select_row(trigger, record, inputs)
+    return Grant(record, row, lifecycle.apply_row(row, record, inputs))
+
+
+def decide_claim(
+    lifecycle: Lifecycle[R, Any], candidate: R | None, inputs: Any
+) -> Grant | PassOver | None:
+    """One step of a claim, given the store's answer to "first due record".
+
+    ``None`` when nothing is due (the claim ends empty-handed); :class:`PassOver`
+    when the lease trigger's guards refuse the candidate; otherwise the
+    :class:`Grant` to write.
+    """
+    trigger = declared_lease(lifecycle).trigger
+    if candidate is None:
+        return None
+    try:
+        row = lifecycle.select_row(trigger, candidate, inputs)
+    except TransitionRefused:
+        return PassOver(lifecycle.key_of(candidate))
+    return Grant(candidate, row, lifecycle.apply_row(row, candidate, inputs))
+
+
+# --- the protocol, driving a store's queries -----------------------------------------
+
+
+def recover_expired(store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs: Any) -> list[R]:
+    """Rescue every expired lease at ``inputs.now``; returns the records written."""
+    rescued: list[R] = []
+    for record in store.expired_leases(inputs.now):
+        grant = rescue(lifecycle, record, inputs)
+        store.write(grant.before, grant.after, grant.row)
+        rescued.append(grant.after)
+    return rescued
+
+
+def claim(
+    store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs: Any,
+    on_lease: Callable[[R], None] | None = None,
+) -> R | None:
+    """In one transaction: rescue expired leases, then lease the first due record.
+
+    ``on_lease`` sees the newly leased record inside the same transaction; an
+    exception it raises rolls the whole claim back.
+    """
+    declared_lease(lifecycle)
+    with store.transaction():
+        recover_expired(store, lifecycle, inputs)
+        passed_over: frozenset[str] = frozenset()
+        while True:
+            decision = decide_claim(lifecycle, store.next_due(inputs.now, passed_over), inputs)
+            if decision is None:
+                return None
+            if isinstance(decision, PassOver):
+                passed_over |= {decision.key}
+                continue
+            store.write(decision.before, decision.after, decision.row)
+            if on_lease is not None:
+                on_lease(decision.after)
+            after: R = decision.after
+            return after

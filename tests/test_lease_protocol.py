@@ -1,0 +1,197 @@
+"""The lease protocol's pure functions (machines/lease.py), without any store.
+
+Which records are due or expired, which is claimed first, what a refusal does, and
+the three properties the module promises: at most one live lease per record, a
+superseded lease's completion is refused, a refused candidate never blocks the
+queue. The driver (``claim``) runs here over a tiny in-test answerer, so the
+protocol is shown to need nothing but the queries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+import pytest
+
+from lifecycles.machines import lease
+from lifecycles.machines.core import Row
+from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
+from lifecycles.machines.outbox import OUTBOX
+from lifecycles.stores.base import StaleRecord
+from lifecycles.stores.memory import MemoryStore
+
+
+def record(i: int, *, created: float, max_failures: int = 3) -> Any:
+    return new_record(
+        event_id=f"e{i}", notification_id=f"n{i}", site_id="s", terminal_status="published",
+        notification_sha256="a" * 64, max_failures=max_failures, now=created,
+    )
+
+
+def claim_inputs(now: float, token: str, lease_seconds: float = 30.0) -> MonitorInputs:
+    return MonitorInputs(now=now, worker_id="w-" + token, lease_token=token,
+                         lease_seconds=lease_seconds)
+
+
+def leased(i: int, now: float, token: str) -> Any:
+    decision = lease.decide_claim(MONITOR, record(i, created=1.0), claim_inputs(now, token))
+    assert isinstance(decision, lease.Grant)
+    return decision.after
+
+
+class Answers:
+    """The lease queries over a dict, and a log of what the protocol asked and wrote."""
+
+    def __init__(self, records: list[Any]) -> None:
+        self.records = {MONITOR.key_of(r): r for r in records}
+        self.asked: list[frozenset[str]] = []
+        self.written: list[str] = []
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        yield
+
+    def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> Any:
+        self.asked.append(exclude)
+        return lease.first_due(MONITOR, self.records.values(), now, exclude)
+
+    def expired_leases(self, now: float) -> list[Any]:
+        return lease.expired(MONITOR, self.records.values(), now)
+
+    def write(self, before: Any, after: Any, row: Row) -> None:
+        self.written.append(f"{row.trigger}:{MONITOR.key_of(before)}")
+        self.records[MONITOR.key_of(after)] = after
+
+
+# --- the sets come from the table ---------------------------------------------------
+
+
+def test_claimable_and_leased_statuses_are_the_lease_triggers_sources_and_dest() -> None:
+    assert lease.claimable_statuses(MONITOR) == tuple(
+        sorted(s.value for s in MONITOR.sources("claim"))
+    )
+    assert lease.leased_status(MONITOR) == "leased"
+    assert "leased" not in lease.claimable_statuses(MONITOR)  # one live lease per record
+
+
+def test_a_lifecycle_without_a_lease_is_refused_by_every_lease_function() -> None:
+    assert OUTBOX.lease is None
+    for call in (
+        lambda: lease.claimable_statuses(OUTBOX),
+        lambda: lease.leased_status(OUTBOX),
+        lambda: lease.decide_claim(OUTBOX, None, None),
+        lambda: MemoryStore(OUTBOX).claim(None),
+    ):
+        with pytest.raises(lease.NotLeasable):
+            call()
+
+
+# --- which records ------------------------------------------------------------------
+
+
+def test_due_means_claimable_and_its_time_has_come() -> None:
+    fresh = record(1, created=100.0)  # next_poll_at is its creation time
+    assert not lease.is_due(MONITOR, fresh, 99.9)
+    assert lease.is_due(MONITOR, fresh, 100.0)
+    assert not lease.is_due(MONITOR, leased(1, 100.0, "t1"), 1e9)  # leased: not claimable
+
+
+def test_expired_means_leased_and_its_expiry_has_come() -> None:
+    held = leased(1, 100.0, "t1")  # expires at 130
+    assert not lease.is_expired(MONITOR, held, 129.9)
+    assert lease.is_expired(MONITOR, held, 130.0)
+    assert not lease.is_expired(MONITOR, record(2, created=1.0), 1e9)
+
+
+def test_the_first_due_record_is_first_in_claim_order_not_key_order() -> None:
+    records = [record(1, created=50.0), record(2, created=10.0), record(3, created=30.0)]
+    assert MONITOR.key_of(lease.first_due(MONITOR, records, 100.0)) == "e2"
+    assert MONITOR.key_of(lease.first_due(MONITOR, records, 100.0, frozenset({"e2"}))) == "e3"
+    assert lease.first_due(MONITOR, records, 5.0) is None
+    assert lease.claim_order(MONITOR, records[0]) == (50.0, "e1")
+
+
+# --- what to do ---------------------------------------------------------------------
+
+
+def test_nothing_due_ends_the_claim() -> None:
+    assert lease.decide_claim(MONITOR, None, claim_inputs(100.0, "t1")) is None
+
+
+def test_a_refused_candidate_is_passed_over_and_nothing_is_written() -> None:
+    spent = attrs.evolve(record(1, created=1.0, max_failures=1), failures=1)
+    assert lease.decide_claim(MONITOR, spent, claim_inputs(100.0, "t1")) == lease.PassOver("e1")
+
+
+def test_a_grant_carries_the_row_and_the_leased_record() -> None:
+    decision = lease.decide_claim(MONITOR, record(1, created=1.0), claim_inputs(100.0, "t1"))
+    assert isinstance(decision, lease.Grant)
+    assert decision.row.trigger == "claim" and str(decision.after.status) == "leased"
+    assert decision.after.lease_token == "t1" and decision.after.lease_expires_at == 130.0
+
+
+def test_a_rescue_fires_the_expiry_trigger() -> None:
+    grant = lease.rescue(MONITOR, leased(1, 100.0, "t1"), claim_inputs(130.0, "t2"))
+    assert grant.row.trigger == "expire_lease"
+    assert grant.after.lease_token is None and str(grant.after.status) != "leased"
+
+
+# --- the driver and its properties ----------------------------------------------------
+
+
+def test_a_claim_rescues_first_then_grants_the_first_due() -> None:
+    answers = Answers([leased(1, 100.0, "t1"), record(2, created=20.0)])
+    granted = lease.claim(answers, MONITOR, claim_inputs(200.0, "t2"))
+    assert answers.written[0] == "expire_lease:e1"
+    assert granted is not None and answers.written[-1] == f"claim:{MONITOR.key_of(granted)}"
+
+
+def test_refused_candidates_never_block_the_queue() -> None:
+    spent = [attrs.evolve(record(i, created=float(i), max_failures=1), failures=1)
+             for i in range(3)]
+    answers = Answers([*spent, record(9, created=50.0)])
+    granted = lease.claim(answers, MONITOR, claim_inputs(100.0, "t1"))
+    assert granted is not None and granted.event_id == "e9"
+    # One query per refused record, each excluding those before it; none of them written.
+    assert answers.asked == [frozenset(), frozenset({"e0"}), frozenset({"e0", "e1"}),
+                             frozenset({"e0", "e1", "e2"})]
+    assert answers.written == ["claim:e9"]
+
+
+def test_only_refused_candidates_end_the_claim_empty_handed() -> None:
+    spent = attrs.evolve(record(1, created=1.0, max_failures=1), failures=1)
+    answers = Answers([spent])
+    assert lease.claim(answers, MONITOR, claim_inputs(100.0, "t1")) is None
+    assert answers.written == []
+
+
+def test_at_most_one_live_lease_per_record() -> None:
+    answers = Answers([record(1, created=1.0)])
+    assert lease.claim(answers, MONITOR, claim_inputs(100.0, "t1")) is not None
+    assert lease.claim(answers, MONITOR, claim_inputs(100.0, "t2")) is None  # still held
+
+
+def test_a_superseded_leases_completion_is_refused_by_compare_and_set() -> None:
+    store = MemoryStore(MONITOR)
+    store.insert(record(1, created=1.0))
+    first = store.claim(claim_inputs(100.0, "t1"))
+    assert first is not None
+    # The first worker decides its completion while its lease is live, and is slow to write.
+    failed = attrs.evolve(claim_inputs(120.0, "t1"), error_code="reader_failure", retryable=True)
+    completion = MONITOR.select_row("fail_attempt", first, failed)
+    after = MONITOR.apply_row(completion, first, failed)
+    second = store.claim(claim_inputs(130.0, "t2"))  # t1 expired, rescued, claimed again
+    assert second is not None and second.lease_token == "t2"
+    with pytest.raises(StaleRecord):
+        store.write(first, after, completion)
+    assert store.get("e1") == second
+
+
+def test_on_lease_sees_the_grant_and_its_failure_propagates() -> None:
+    seen: list[Any] = []
+    answers = Answers([record(1, created=1.0)])
+    granted = lease.claim(answers, MONITOR, claim_inputs(100.0, "t1"), on_lease=seen.append)
+    assert seen == [granted]
