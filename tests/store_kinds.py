@@ -74,15 +74,22 @@ def _corrupt_memory(store: Store[Any], record: Any, field: str, value: Any) -> N
     store._records[key] = attrs.evolve(store._records[key], **{field: value})
 
 
+def _monitor_schema(lifecycle: Lifecycle[Any, Any]) -> Any:
+    """The monitor's exact reference schema (one object for SQLite and PostgreSQL)."""
+    from lifecycles.monitor_schema import MonitorSchema
+
+    return MonitorSchema("c" * 64, lifecycle)
+
+
 # --- SQLite: a file on disk --------------------------------------------------------
 
 
 def _open_sqlite(lifecycle: Lifecycle[Any, Any], exact_monitor: bool = False) -> Opened:
-    from lifecycles.stores.sqlite import MonitorSchema, SQLiteStore
+    from lifecycles.stores.sqlite import SQLiteStore
 
     directory = tempfile.TemporaryDirectory(prefix="lifecycles-sqlite-")
     connection = sqlite3.connect(Path(directory.name) / "store.db")
-    schema = MonitorSchema(lifecycle, "c" * 64) if exact_monitor else None
+    schema = _monitor_schema(lifecycle) if exact_monitor else None
     store = SQLiteStore(lifecycle, connection, schema)
 
     def cleanup() -> None:
@@ -129,11 +136,11 @@ def _corrupt_files(store: Store[Any], record: Any, field: str, value: Any) -> No
 
 
 def _open_postgres(lifecycle: Lifecycle[Any, Any], exact_monitor: bool = False) -> Opened:
-    from lifecycles.stores.postgres import PostgresMonitorSchema, PostgresStore
+    from lifecycles.stores.postgres import PostgresStore
 
     schema_name = create_schema()
     connection = connect_in(schema_name)
-    schema = PostgresMonitorSchema(lifecycle, "c" * 64) if exact_monitor else None
+    schema = _monitor_schema(lifecycle) if exact_monitor else None
     store = PostgresStore(lifecycle, connection, schema)
 
     def cleanup() -> None:
@@ -147,12 +154,12 @@ def _corrupt_postgres(store: Store[Any], record: Any, field: str, value: Any) ->
     from psycopg import sql
 
     table, key = store.schema.table, store.lifecycle.key_field  # type: ignore[attr-defined]
-    column = {c.name: c for c in store.schema.columns}[field]  # type: ignore[attr-defined]
+    encode = store._encoders[field]  # type: ignore[attr-defined]
     store.connection.execute(  # type: ignore[attr-defined]
         sql.SQL("UPDATE {} SET {} = %s WHERE {} = %s").format(
             sql.Identifier(table), sql.Identifier(field), sql.Identifier(key)
         ),
-        (column.encode(value), store.lifecycle.key_of(record)),
+        (encode(value), store.lifecycle.key_of(record)),
     )
 
 

@@ -19,13 +19,13 @@ from postgres_support import Connect, pg_connect, pg_schema, require_postgres
 from lifecycles.invariants.monitor import COLUMNS
 from lifecycles.machines.monitor import MONITOR, MonitorInputs
 from lifecycles.monitor import DurableTerminalProcessingMonitor, StorageBlocked
+from lifecycles.monitor_schema import open_monitor_store, render
 from lifecycles.stores.base import UniqueViolation
 from lifecycles.stores.postgres import (
-    PostgresMonitorSchema,
+    PostgresDialect,
     PostgresStore,
     StoreUnavailable,
     connect,
-    open_monitor_store,
 )
 
 __all__ = ["pg_connect", "pg_schema"]  # fixtures, used by name
@@ -160,7 +160,7 @@ def make_version_1(connection: Any) -> None:
         " schema_version integer NOT NULL)"
     )
     connection.execute("INSERT INTO cms_source_terminal_processing_meta VALUES (1, 1)")
-    connection.execute(PostgresMonitorSchema.CREATE_TABLE)
+    connection.execute(render("create_table", PostgresDialect()))
 
 
 def test_an_empty_version_1_database_is_bound_to_the_capabilities(pg_connect: Connect) -> None:
