@@ -30,8 +30,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import attrs
-
 from lifecycles.invariants.core import InvariantViolation, canonical_json, is_time
 from lifecycles.invariants.monitor import (
     COLUMNS,
@@ -52,18 +50,17 @@ from lifecycles.machines.monitor import (
     MONITOR,
     STATUS_SCHEMA,
     MonitorInputs,
-    ReceiverAnswer,
+    PollStep,
     RetryPolicy,
-    complete_with_answer,
+    lease_expired,
     new_record,
-    parse_answer,
     plain_value,
-    reader_error_code,
+    poll_step,
+    read_answer,
     token,
 )
-from lifecycles.monitor_schema import MonitorSchema, open_monitor_store
 from lifecycles.stores.base import StaleRecord, Store, StoreError, UniqueViolation
-from lifecycles.stores.sql import SQLStore
+from lifecycles.stores.sqlite import MonitorSchema, SQLiteStore
 
 SCHEMA_VERSION = MonitorSchema.VERSION
 NOTIFICATION_SCHEMA = "blun.cms-source-terminal-notification.v1"
@@ -298,9 +295,14 @@ def new_lease_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def _open_store(connection: Any, capabilities_sha256: str) -> SQLStore[MonitorRecord]:
-    # The reference schema is the monitor's own (lifecycles/monitor_schema.py).
-    return open_monitor_store(connection, capabilities_sha256)
+def _open_store(connection: Any, capabilities_sha256: str) -> Store[MonitorRecord]:
+    if isinstance(connection, sqlite3.Connection):
+        return SQLiteStore(MONITOR, connection, MonitorSchema(MONITOR, capabilities_sha256))
+    if type(connection).__module__.startswith("psycopg"):
+        from lifecycles.stores.postgres import open_monitor_store  # optional extra
+
+        return open_monitor_store(connection, capabilities_sha256)
+    raise TypeError("connection must be sqlite3.Connection")
 
 
 class DurableTerminalProcessingMonitor:
@@ -472,39 +474,31 @@ class DurableTerminalProcessingMonitor:
         )
         try:
             response = reader(claimed.event_id, claimed.site_id)
-            # Parsing runs the answer's own Mapping code: its failures count as the reader's.
-            answer = parse_answer(response, claimed, self.expected_capabilities_sha256)
+            # Reading runs the answer's own Mapping code: its failures count as the reader's.
+            read = read_answer(response, claimed, self.expected_capabilities_sha256)
+            step = poll_step(lease, read)
         except TerminalProcessingMonitorBlocked:
             raise  # the monitor's own refusal, met inside the reader: not the reader's failure
         except Exception as error:  # the reader is foreign code: any failure is recorded
-            code, retryable = reader_error_code(error)
-            self._fail(claimed.event_id, lease, code, retryable)
-        else:
-            self._complete(claimed.event_id, lease, answer)
-        # The write just checked the schema in its own transaction: no second check here.
-        result = self._stored_status(claimed.event_id, moment)
+            step = poll_step(lease, error)
+        done = self._finish(claimed.event_id, step)
+        # The outcome is the record the store just wrote: no second read.
         return TerminalProcessingOutcome(
-            result.event_id, result.notification_id, result.status,
-            result.poll_attempts, result.last_error_code,
+            done.event_id, done.notification_id, str(done.status), done.poll_attempts,
+            done.last_error_code,
         )
 
-    def _complete(self, event_id: str, lease: MonitorInputs, answer: ReceiverAnswer | None) -> None:
-        """Record the receiver's answer, or fail the item when the answer cannot be trusted.
+    def _finish(self, event_id: str, step: PollStep) -> MonitorRecord:
+        """Fire the poll's step (:func:`poll_step`, the machine's rule) through the store.
 
-        The rule (:func:`complete_with_answer`) is the machine's; here it only fires
-        through the store, in one transaction with the re-read of the leased record
-        (the transaction first checks that the schema was not altered while the
-        reader ran, so nothing is written into an altered database).
+        One transaction: its schema check first (nothing is written into a database
+        altered while the reader ran), then the strict re-read of the leased record
+        under the write lock (a row lost to another worker is ``claim_lost``, a row
+        broken meanwhile ``state_invalid``, as in the reference), then one
+        compare-and-set write.
         """
         with _public_errors(self.store), self.store.transaction():
-            complete_with_answer(
-                self._leased_record(event_id), answer, lease, fire=self._fire_stored
-            )
-
-    def _fail(self, event_id: str, lease: MonitorInputs, code: str, retryable: bool) -> None:
-        step = attrs.evolve(lease, error_code=code, retryable=retryable)
-        with _public_errors(self.store), self.store.transaction():
-            self._fire_stored("fail_attempt", self._leased_record(event_id), step)
+            return step.fire(self._leased_record(event_id), self._fire_stored)
 
     def _fire_stored(
         self, trigger: str, record: MonitorRecord, inputs: MonitorInputs
@@ -562,7 +556,7 @@ def _status_of(record: MonitorRecord, now: float) -> TerminalProcessingStatus:
         record.event_id, record.notification_id, record.site_id, record.notification_sha256,
         str(record.status), record.poll_attempts, record.failures, record.max_failures,
         float(record.next_poll_at), None if lease is None else float(lease),
-        record.status == MonitorStatus.LEASED and lease is not None and lease <= now,
+        record.status == MonitorStatus.LEASED and lease_expired(record, now),
         record.last_error_code, record.receiver_status, record.receiver_attempts,
         record.receiver_max_attempts, record.receiver_error_code, record.receiver_processed_at,
     )

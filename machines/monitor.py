@@ -11,6 +11,9 @@ Rules, in prose (the table below is the spec):
   watching it. Which one fires is :func:`trigger_for_answer`, beside the table.
 * A reader error or an invalid answer is ``fail_attempt``: retried with exponential
   backoff (:func:`retry_delay`) while it is retryable and failures remain, else final.
+
+What a finished poll fires, from the receiver's answer or the reader's error, is one
+pure function, :func:`poll_step`; the facade only fires its result through its store.
 """
 
 from __future__ import annotations
@@ -24,22 +27,26 @@ from lifecycles.invariants.core import (
     FieldRule,
     FieldRuleViolation,
     InvariantViolation,
-    is_integer,
     is_time,
 )
 from lifecycles.invariants.monitor import (
+    ANSWER_RULES,
+    ANSWER_SHAPE,
     MONITOR_INVARIANTS,
+    RESPONSE_INVALID,
     STATE_INVALID,
+    STATUS_SCHEMA,
+    AnswerRead,
     MonitorRecord,
     MonitorStatus,
     ReceiverStatus,
+    answer_rules_broken,
     error_code,
     token,
 )
 from lifecycles.machines.core import Changes, Lease, Lifecycle, effect, guard
 
 CODE = "terminal_processing_monitor."
-STATUS_SCHEMA = "blun.cms-terminal-receiver-status-response.v1"
 
 TABLE: list[dict[str, Any]] = [
     {"trigger": "claim", "source": ["pending", "watching", "retry_wait"], "dest": "leased",
@@ -140,16 +147,6 @@ def trigger_for_answer(answer: ReceiverAnswer) -> str:
     return TRIGGER_FOR_RECEIVER_STATUS[answer.processing_status]
 
 
-ANSWER_FIELDS = frozenset(
-    {
-        "schema", "notification_id", "event_id", "site_id", "terminal_status",
-        "notification_sha256", "processing_status", "attempts", "max_attempts",
-        "next_attempt_at", "lease_expires_at", "lease_expired", "last_error_code",
-        "processed_at", "capabilities_sha256",
-    }
-)
-
-
 def plain_value(value: Any) -> Any:
     """The plain ``str``, ``int`` or ``float`` that a subclass of one holds; anything
     else unchanged.
@@ -172,71 +169,51 @@ def plain_value(value: Any) -> Any:
     return value
 
 
-# Fields of the answer that must equal the record's own (exact str, see parse_answer).
-ANSWER_IDENTITY = (
-    "notification_id", "event_id", "site_id", "terminal_status", "notification_sha256",
-)
+@attrs.frozen
+class AnswerRefused:
+    """A response the answer rules refuse; ``rules`` names each one it breaks."""
+
+    rules: tuple[str, ...]
+
+
+def read_answer(
+    response: object, record: MonitorRecord, capabilities_sha256: str
+) -> ReceiverAnswer | AnswerRefused:
+    """The receiver's answer about ``record``, or the answer rules it breaks.
+
+    It must be exactly the status schema, about this very notification, under the
+    expected capabilities, with consistent receiver fields: each of these is a named
+    rule (``ANSWER_RULES`` in ``lifecycles.invariants.monitor``). Whether the row it
+    produces is valid is decided afterwards by the invariants, not here.
+    """
+    # Copying the mapping runs its own code, which may raise: the caller records that as
+    # the reader's failure, as the reference does. After the copy no method of a key or
+    # value runs: each is read as the plain value it holds (plain_value), and the rules
+    # compare only exact str, so what is checked is what is stored.
+    value = None
+    if isinstance(response, Mapping):
+        value = {plain_value(key): plain_value(item) for key, item in dict(response).items()}
+    broken = answer_rules_broken(AnswerRead(value, record, capabilities_sha256))
+    if broken or value is None:
+        return AnswerRefused(tuple(broken))
+    return ReceiverAnswer(
+        processing_status=ReceiverStatus(value["processing_status"]),
+        attempts=value["attempts"],
+        max_attempts=value["max_attempts"],
+        next_attempt_at=value["next_attempt_at"],
+        lease_expires_at=value["lease_expires_at"],
+        lease_expired=value["lease_expired"],
+        last_error_code=value["last_error_code"],
+        processed_at=value["processed_at"],
+    )
 
 
 def parse_answer(
     response: object, record: MonitorRecord, capabilities_sha256: str
 ) -> ReceiverAnswer | None:
-    """The receiver's answer about ``record``, or ``None`` when it cannot be trusted.
-
-    It must be exactly the status schema, about this very notification, under the
-    expected capabilities, with consistent receiver fields. Whether the row it
-    produces is valid is decided afterwards by the invariants, not here.
-    """
-    # Copying the mapping runs its own code, which may raise: the caller records that as
-    # the reader's failure, as the reference does. After the copy no method of a key or
-    # value runs: each is read as the plain value it holds (plain_value), strings then
-    # compare only when they are exact str, so what is checked is what is stored.
-    if not isinstance(response, Mapping):
-        return None
-    value = {plain_value(key): plain_value(item) for key, item in dict(response).items()}
-    if any(type(key) is not str for key in value) or set(value) != ANSWER_FIELDS:
-        return None
-    expected = [(name, getattr(record, name)) for name in ANSWER_IDENTITY]
-    expected += [("schema", STATUS_SCHEMA), ("capabilities_sha256", capabilities_sha256)]
-    if any(type(value[name]) is not str or value[name] != want for name, want in expected):
-        return None
-    remote = value["processing_status"]
-    attempts, maximum = value["attempts"], value["max_attempts"]
-    next_attempt_at = value["next_attempt_at"]
-    lease_expires_at, processed_at = value["lease_expires_at"], value["processed_at"]
-    error, expired = value["last_error_code"], value["lease_expired"]
-    consistent = (
-        type(remote) is str
-        and remote in _RECEIVER_STATUSES
-        and is_integer(attempts)
-        and is_integer(maximum)
-        and 0 <= attempts <= maximum <= 20
-        and maximum >= 1
-        and is_time(next_attempt_at)
-        and (lease_expires_at is None or is_time(lease_expires_at))
-        and type(expired) is bool
-        and (error is None or error_code.check(error))
-        and (processed_at is None or is_time(processed_at))
-        and (remote == ReceiverStatus.LEASED) == (lease_expires_at is not None)
-        and (remote == ReceiverStatus.SUCCEEDED) == (processed_at is not None)
-        and (error is None or remote in (ReceiverStatus.RETRY_WAIT, ReceiverStatus.FAILED))
-        and (not expired or remote == ReceiverStatus.LEASED)
-    )
-    if not consistent:
-        return None
-    return ReceiverAnswer(
-        processing_status=ReceiverStatus(remote),
-        attempts=attempts,
-        max_attempts=maximum,
-        next_attempt_at=next_attempt_at,
-        lease_expires_at=lease_expires_at,
-        lease_expired=expired,
-        last_error_code=error,
-        processed_at=processed_at,
-    )
-
-
-_RECEIVER_STATUSES = frozenset(status.value for status in ReceiverStatus)
+    """:func:`read_answer`, with ``None`` for an answer it refuses (the rules unnamed)."""
+    read = read_answer(response, record, capabilities_sha256)
+    return read if isinstance(read, ReceiverAnswer) else None
 
 
 def reader_error_code(error: BaseException) -> tuple[str, bool]:
@@ -263,9 +240,55 @@ def reader_error_code(error: BaseException) -> tuple[str, bool]:
     return str(code), retryable
 
 
-RESPONSE_INVALID = CODE + "response_invalid"
-
 FireMonitor = Callable[[str, MonitorRecord, MonitorInputs], MonitorRecord]
+
+
+@attrs.frozen
+class PollStep:
+    """What one finished poll fires: ``trigger`` with ``inputs``; when that record would
+    break an invariant, ``fail_attempt`` with ``fallback`` (``response_invalid``) instead."""
+
+    trigger: str
+    inputs: MonitorInputs
+    fallback: MonitorInputs | None = None
+
+    def fire(self, record: MonitorRecord, fire: FireMonitor | None = None) -> MonitorRecord:
+        """Fire the step on ``record`` through ``fire`` (default: the pure ``MONITOR.fire``).
+
+        The invariant check that may call for the fallback runs before anything is
+        written, so a store's ``fire`` writes exactly once. Refusals propagate unchanged.
+        """
+        fire_ = fire or MONITOR.fire
+        if self.fallback is None:
+            return fire_(self.trigger, record, self.inputs)
+        try:
+            return fire_(self.trigger, record, self.inputs)
+        except InvariantViolation:  # the answer is well-formed but its record is invalid
+            return fire_("fail_attempt", record, self.fallback)
+
+
+def poll_step(
+    lease: MonitorInputs, read: ReceiverAnswer | AnswerRefused | BaseException | None
+) -> PollStep:
+    """The trigger and inputs that finish a leased poll, from what the read gave.
+
+    ``lease`` is the poll's time, policy and lease; ``read`` the receiver's answer
+    (:func:`read_answer`), the rules it broke (or ``None``: refused), or the
+    exception the reader raised. A reader error fails the attempt with
+    :func:`reader_error_code`. A refused answer fails it with ``response_invalid``,
+    not retryable. A trusted answer fires :func:`trigger_for_answer`, and falls back
+    to that same ``response_invalid`` failure when its record would break an
+    invariant (the reference's defect: remote ``retry_wait``/``failed`` with no error
+    code), so nothing invalid is ever written. The record itself decides nothing here:
+    the table's guards (lease held and live) and effects read it when the step fires.
+    """
+    if isinstance(read, BaseException):
+        code, retryable = reader_error_code(read)
+        return PollStep("fail_attempt", attrs.evolve(lease, error_code=code, retryable=retryable))
+    rejected = attrs.evolve(lease, answer=None, error_code=RESPONSE_INVALID, retryable=False)
+    if not isinstance(read, ReceiverAnswer):
+        return PollStep("fail_attempt", rejected)
+    return PollStep(trigger_for_answer(read), attrs.evolve(lease, answer=read), rejected)
 
 
 def complete_with_answer(
@@ -276,23 +299,11 @@ def complete_with_answer(
 ) -> MonitorRecord:
     """Finish a leased poll with the receiver's answer (``None``: it failed parse_answer).
 
-    A trusted answer fires :func:`trigger_for_answer`. An untrusted answer, or one
-    whose resulting record would break an invariant (the reference's defect: remote
-    ``retry_wait``/``failed`` with no error code), fails the attempt with
-    ``response_invalid``, not retryable: nothing invalid is ever written. Refusals
-    (lease lost or expired) propagate unchanged. ``fire(trigger, record, inputs)``
-    defaults to the pure ``MONITOR.fire``; a facade passes one that fires through its
-    store inside the open transaction. The checker and the generated tests run this
-    very function, so the rule lives in one place.
+    :func:`poll_step` fired through ``fire(trigger, record, inputs)`` (default: the
+    pure ``MONITOR.fire``). The checker and the generated tests run this; the facade
+    runs :func:`poll_step` itself, so the rule lives in one place.
     """
-    fire_ = fire or MONITOR.fire
-    if answer is not None:
-        try:
-            return fire_(trigger_for_answer(answer), record, attrs.evolve(inputs, answer=answer))
-        except InvariantViolation:
-            pass  # the answer is well-formed but its record would be invalid: refuse it
-    rejected = attrs.evolve(inputs, answer=None, error_code=RESPONSE_INVALID, retryable=False)
-    return fire_("fail_attempt", record, rejected)
+    return poll_step(inputs, answer).fire(record, fire)
 
 
 def new_record(
@@ -336,10 +347,16 @@ def failures_remain(r: Record, i: Inputs) -> bool:
     return r.failures < r.max_failures
 
 
+def lease_expired(r: MonitorRecord, now: float) -> bool:
+    """The record holds a lease whose expiry has passed: lease_expires_at <= now."""
+    # Declared once: the guards below and the facade's ``lease_expired`` field read it.
+    return r.lease_expires_at is not None and r.lease_expires_at <= now
+
+
 @guard(refusal_code=CODE + "claim_lost")
 def lease_has_expired(r: Record, i: Inputs) -> bool:
     """The lease's expiry has passed: lease_expires_at <= now."""
-    return r.lease_expires_at is not None and r.lease_expires_at <= i.now
+    return lease_expired(r, i.now)
 
 
 @guard(refusal_code=CODE + "claim_lost")
@@ -357,7 +374,7 @@ def lease_is_held(r: Record, i: Inputs) -> bool:
 @guard(refusal_code=CODE + "lease_expired")
 def lease_is_live(r: Record, i: Inputs) -> bool:
     """The lease has not expired: now < lease_expires_at."""
-    return r.lease_expires_at is not None and i.now < r.lease_expires_at
+    return r.lease_expires_at is not None and not lease_expired(r, i.now)
 
 
 @guard(refusal_code=CODE + "claim_lost")
@@ -519,12 +536,16 @@ MONITOR: Lifecycle[MonitorRecord, MonitorInputs] = Lifecycle(
         "failed": "The receiver reported failure, or failures ran out. Final.",
     },
     beside_the_table=[
-        retry_delay, trigger_for_answer, parse_answer, complete_with_answer, reader_error_code,
+        poll_step, complete_with_answer, read_answer, parse_answer, trigger_for_answer,
+        reader_error_code, retry_delay, lease_expired, plain_value, new_record,
+        *(rule.holds for rule in (*ANSWER_SHAPE, *ANSWER_RULES)),
     ],
 )
 
 __all__ = [
-    "MONITOR", "RESPONSE_INVALID", "STATE_INVALID", "TABLE", "MonitorInputs", "MonitorRecord",
-    "MonitorStatus", "ReceiverAnswer", "ReceiverStatus", "RetryPolicy", "complete_with_answer",
-    "new_record", "parse_answer", "reader_error_code", "retry_delay", "token", "trigger_for_answer",
+    "MONITOR", "RESPONSE_INVALID", "STATE_INVALID", "STATUS_SCHEMA", "TABLE", "AnswerRefused",
+    "MonitorInputs", "MonitorRecord", "MonitorStatus", "PollStep", "ReceiverAnswer",
+    "ReceiverStatus", "RetryPolicy", "complete_with_answer", "lease_expired", "new_record",
+    "parse_answer", "poll_step", "read_answer", "reader_error_code", "retry_delay", "token",
+    "trigger_for_answer",
 ]

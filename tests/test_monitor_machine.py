@@ -25,6 +25,8 @@ from monitor_support import reference_monitor
 
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.invariants.monitor import (
+    ANSWER_RULES,
+    ANSWER_SHAPE,
     COLUMNS,
     MONITOR_INVARIANTS,
     STATE_INVALID,
@@ -34,7 +36,9 @@ from lifecycles.invariants.monitor import (
 from lifecycles.machines.core import TransitionRefused
 from lifecycles.machines.monitor import (
     MONITOR,
+    RESPONSE_INVALID,
     STATUS_SCHEMA,
+    AnswerRefused,
     MonitorInputs,
     ReceiverAnswer,
     ReceiverStatus,
@@ -42,6 +46,8 @@ from lifecycles.machines.monitor import (
     complete_with_answer,
     new_record,
     parse_answer,
+    poll_step,
+    read_answer,
     reader_error_code,
     retry_delay,
     trigger_for_answer,
@@ -573,6 +579,64 @@ def test_parse_answer_accepts_exactly_what_the_reference_completes(data: st.Data
     assert ref.row_is_valid()
 
 
+# Each wrong field breaks exactly the answer rule named for it.
+BROKEN_ANSWERS: dict[str, tuple[dict[str, Any], str]] = {
+    "other schema": ({"schema": "blun.other.v1"}, "answer_schema_is_status_schema"),
+    "other event": ({"event_id": "evt-2"}, "answer_about_this_notification"),
+    "other capabilities": ({"capabilities_sha256": OTHER_CAPS},
+                           "answer_under_expected_capabilities"),
+    "unknown status": ({"processing_status": "watching"}, "answer_status_known"),
+    "attempts above max": ({"attempts": 5, "max_attempts": 3}, "answer_attempts_consistent"),
+    "max above 20": ({"max_attempts": 21}, "answer_attempts_consistent"),
+    "NaN time": ({"next_attempt_at": math.nan}, "answer_times_are_times"),
+    "flag not bool": ({"lease_expired": 0}, "answer_lease_expired_is_bool"),
+    "bad error code": ({"processing_status": "failed", "last_error_code": "Bad Code"},
+                       "answer_error_code_syntax"),
+    "leased without expiry": ({"processing_status": "leased"}, "answer_lease_iff_leased"),
+    "processed while pending": ({"processed_at": T0}, "answer_processed_iff_succeeded"),
+    "error while pending": ({"last_error_code": "receiver.busy"},
+                            "answer_error_only_when_waiting_or_failed"),
+    "expired while pending": ({"lease_expired": True}, "answer_lease_expired_only_when_leased"),
+}
+
+
+@pytest.mark.parametrize("kind", BROKEN_ANSWERS)
+def test_read_answer_names_the_one_rule_a_wrong_field_breaks(kind: str) -> None:
+    fields, rule = BROKEN_ANSWERS[kind]
+    assert read_answer(response_for(LEASED, "pending", **fields), LEASED, CAPS) == (
+        AnswerRefused((rule,)))
+
+
+def test_every_answer_rule_is_named_by_some_broken_answer() -> None:
+    named = {rule for _, rule in BROKEN_ANSWERS.values()}
+    assert named == {rule.name for rule in ANSWER_RULES}
+    assert read_answer(["pending"], LEASED, CAPS) == AnswerRefused(
+        tuple(rule.name for rule in ANSWER_SHAPE))
+    missing = response_for(LEASED, "pending")
+    del missing["processed_at"]
+    # A wrong shape is reported alone: the field rules are not read on it.
+    assert read_answer(missing, LEASED, CAPS) == AnswerRefused(("answer_fields_exact",))
+    assert read_answer({**response_for(LEASED, "pending"), 1: 2}, LEASED, CAPS) == (
+        AnswerRefused(("answer_fields_exact",)))
+
+
+def test_poll_step_decides_the_trigger_from_the_read() -> None:
+    lease = held(T0 + 1)
+    answer = parse_answer(response_for(LEASED, "succeeded"), LEASED, CAPS)
+    assert answer is not None
+    step = poll_step(lease, answer)
+    assert (step.trigger, step.inputs.answer) == ("observe_success", answer)
+    assert step.fallback is not None and step.fallback.error_code == RESPONSE_INVALID
+    refused = poll_step(lease, AnswerRefused(("answer_status_known",)))
+    assert (refused.trigger, refused.inputs.error_code, refused.inputs.retryable) == (
+        "fail_attempt", RESPONSE_INVALID, False)
+    assert refused.fallback is None
+    failed = poll_step(lease, reader_error("reader.timeout", True, True))
+    assert (failed.trigger, failed.inputs.error_code, failed.inputs.retryable) == (
+        "fail_attempt", "reader.timeout", True)
+    assert poll_step(lease, None) == refused
+
+
 def test_parse_answer_reads_every_field_of_a_valid_answer() -> None:
     response = response_for(LEASED, "leased", attempts=3, max_attempts=20,
                             next_attempt_at=0, lease_expires_at=5, lease_expired=False)
@@ -597,6 +661,9 @@ def test_parse_answer_reads_every_field_of_a_valid_answer() -> None:
 def test_parse_answer_refuses_a_wrong_field(key: str, value: Any) -> None:
     response = response_for(LEASED, "pending", **{key: value})
     assert parse_answer(response, LEASED, CAPS) is None
+    refused = read_answer(response, LEASED, CAPS)
+    assert isinstance(refused, AnswerRefused) and refused.rules
+    assert set(refused.rules) <= {rule.name for rule in ANSWER_RULES}
     ref = Reference()
     ref.register(EVENT, 5, T0)
     claim = ref.claim(T0)
