@@ -59,8 +59,9 @@ from lifecycles.machines.monitor import (
     read_answer,
     token,
 )
+from lifecycles.monitor_schema import MonitorSchema, open_monitor_store
 from lifecycles.stores.base import StaleRecord, Store, StoreError, UniqueViolation
-from lifecycles.stores.sqlite import MonitorSchema, SQLiteStore
+from lifecycles.stores.sql import SQLStore
 
 SCHEMA_VERSION = MonitorSchema.VERSION
 NOTIFICATION_SCHEMA = "blun.cms-source-terminal-notification.v1"
@@ -295,14 +296,9 @@ def new_lease_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def _open_store(connection: Any, capabilities_sha256: str) -> Store[MonitorRecord]:
-    if isinstance(connection, sqlite3.Connection):
-        return SQLiteStore(MONITOR, connection, MonitorSchema(MONITOR, capabilities_sha256))
-    if type(connection).__module__.startswith("psycopg"):
-        from lifecycles.stores.postgres import open_monitor_store  # optional extra
-
-        return open_monitor_store(connection, capabilities_sha256)
-    raise TypeError("connection must be sqlite3.Connection")
+def _open_store(connection: Any, capabilities_sha256: str) -> SQLStore[MonitorRecord]:
+    # The reference schema is the monitor's own (lifecycles/monitor_schema.py).
+    return open_monitor_store(connection, capabilities_sha256)
 
 
 class DurableTerminalProcessingMonitor:
