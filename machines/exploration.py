@@ -21,11 +21,13 @@ table's statuses (that is :mod:`lifecycles.machines.graph`), and reads its trace
 with the same :func:`~lifecycles.machines.graph.trace_back`.
 
 Nothing here imports Hypothesis: strategies are callables that import it themselves,
-so a production install never needs it.
+so a production install never needs it. A declaration may name strategies that live in
+test code (:func:`strategy_in`): they are imported only when a generated test draws.
 """
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
@@ -106,6 +108,24 @@ def trigger_move(
         name=name or trigger, triggers=(trigger,), choices=choices, run=run,
         strategy=strategy, describe=describe, meaning=meaning or f"fire {trigger}",
     )
+
+
+def strategy_in(module: str, name: str) -> Callable[..., SearchStrategy[Any]]:
+    """The strategy function ``name`` of ``module``, imported when it is first called.
+
+    For a :class:`Move`'s ``strategy`` or an :class:`Exploration`'s ``new_records``
+    declared beside a table whose strategies are test code: the declaration names them
+    without importing that code, or Hypothesis, until a generated test draws.
+    """
+
+    def strategy(*args: Any) -> SearchStrategy[Any]:
+        declared: Callable[..., SearchStrategy[Any]] = getattr(
+            importlib.import_module(module), name
+        )
+        return declared(*args)
+
+    strategy.__name__ = strategy.__qualname__ = name
+    return strategy
 
 
 @attrs.frozen

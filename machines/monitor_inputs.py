@@ -31,16 +31,27 @@ failures``) can no longer fail once it reaches ``max_failures``. Guards compare 
 only with ``now``, and every ``now`` the moves use is placed relative to the record's
 own times, so the abstraction loses no behaviour; ``tests/test_checker.py`` checks
 that a search with exact time offsets reaches no abstract state this one misses.
+
+The generated tests draw wider inputs than these bounds (any time, other workers and
+tokens, generated responses): their Hypothesis strategies are test code, in
+:mod:`lifecycles.testing.monitor`, named here and imported only when a test draws.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
-from lifecycles.machines.exploration import Exploration, Fire, Move, time_relation, trigger_move
+from lifecycles.machines.exploration import (
+    Exploration,
+    Fire,
+    Move,
+    strategy_in,
+    time_relation,
+    trigger_move,
+)
 from lifecycles.machines.monitor import (
     MONITOR,
     STATUS_SCHEMA,
@@ -55,9 +66,6 @@ from lifecycles.machines.monitor import (
     reader_error_code,
 )
 
-if TYPE_CHECKING:
-    from hypothesis.strategies import SearchStrategy
-
 START = 1000.0
 LEASE_SECONDS = 600.0
 POLICY = RetryPolicy()
@@ -65,6 +73,9 @@ CAPABILITIES_SHA256 = "c" * 64
 CLAIMER = "worker-a"
 INTRUDER = "worker-z"
 MAX_FAILURES = (1, 2, 3)
+STRATEGIES = "lifecycles.testing.monitor"
+"""Where the generated tests' strategies for these moves live (test code, imported only
+when a generated test draws)."""
 
 Completer = Callable[
     [MonitorRecord, ReceiverAnswer | None, MonitorInputs, FireMonitor], MonitorRecord
@@ -97,7 +108,7 @@ def abstraction(r: MonitorRecord) -> Hashable:
     )
 
 
-def _near(clock: float, *marks: float | None) -> list[float]:
+def near(clock: float, *marks: float | None) -> list[float]:
     """The clock, and one second before, at and after each mark, never before the clock."""
     times = {clock}
     for mark in marks:
@@ -118,12 +129,12 @@ def claim_inputs(r: MonitorRecord) -> list[MonitorInputs]:
     return [
         MonitorInputs(now=now, policy=POLICY, worker_id=CLAIMER, lease_token=token,
                       lease_seconds=LEASE_SECONDS)
-        for now in _near(r.updated_at, r.next_poll_at)
+        for now in near(r.updated_at, r.next_poll_at)
     ]
 
 
 def expiry_inputs(r: MonitorRecord) -> list[MonitorInputs]:
-    times = _near(r.updated_at, r.lease_expires_at)
+    times = near(r.updated_at, r.lease_expires_at)
     return [MonitorInputs(now=now, policy=POLICY) for now in times]
 
 
@@ -144,7 +155,9 @@ class Poll:
     label: str
 
 
-def _answer(r: MonitorRecord, **fields: Any) -> dict[str, Any]:
+def receiver_answer(r: MonitorRecord, **fields: Any) -> dict[str, Any]:
+    """A receiver's status response about ``r``: pending, consistent, unless ``fields``
+    say otherwise (the exploration's responses and the generated tests' are built here)."""
     response: dict[str, Any] = {
         "schema": STATUS_SCHEMA, "notification_id": r.notification_id, "event_id": r.event_id,
         "site_id": r.site_id, "terminal_status": r.terminal_status,
@@ -163,50 +176,51 @@ LEASE_AT_RECEIVER = START + 900.0
 def progress_responses(r: MonitorRecord) -> list[tuple[str, object]]:
     """Answers that keep the item watched; the last parses but breaks an invariant."""
     return [
-        ("pending", _answer(r)),
-        ("leased", _answer(r, processing_status="leased", attempts=1,
+        ("pending", receiver_answer(r)),
+        ("leased", receiver_answer(r, processing_status="leased", attempts=1,
                            lease_expires_at=LEASE_AT_RECEIVER)),
-        ("leased, lease expired", _answer(r, processing_status="leased", attempts=1,
+        ("leased, lease expired", receiver_answer(r, processing_status="leased", attempts=1,
                                           lease_expires_at=LEASE_AT_RECEIVER,
                                           lease_expired=True)),
-        ("retry_wait with error", _answer(r, processing_status="retry_wait", attempts=2,
+        ("retry_wait with error", receiver_answer(r, processing_status="retry_wait", attempts=2,
                                           last_error_code="cms.receiver_busy")),
         # The reference's defect: parses, but breaks
         # receiver_error_iff_receiver_waiting_or_failed.
-        ("retry_wait without error", _answer(r, processing_status="retry_wait", attempts=2)),
+        ("retry_wait without error",
+         receiver_answer(r, processing_status="retry_wait", attempts=2)),
     ]
 
 
 def success_responses(r: MonitorRecord) -> list[tuple[str, object]]:
     return [
-        ("succeeded", _answer(r, processing_status="succeeded", attempts=1,
+        ("succeeded", receiver_answer(r, processing_status="succeeded", attempts=1,
                               processed_at=START + 5.0)),
-        ("error code on success", _answer(r, processing_status="succeeded", attempts=1,
+        ("error code on success", receiver_answer(r, processing_status="succeeded", attempts=1,
                                           processed_at=START, last_error_code="cms.oops")),
     ]
 
 
 def failure_responses(r: MonitorRecord) -> list[tuple[str, object]]:
     return [
-        ("failed with error", _answer(r, processing_status="failed", attempts=5,
+        ("failed with error", receiver_answer(r, processing_status="failed", attempts=5,
                                       last_error_code="cms.publication_failed")),
         # The reference's defect again, on the failed side.
-        ("failed without error", _answer(r, processing_status="failed", attempts=5)),
+        ("failed without error", receiver_answer(r, processing_status="failed", attempts=5)),
     ]
 
 
 def rejected_responses(r: MonitorRecord) -> list[tuple[str, object]]:
     """Responses parse_answer refuses: the attempt fails with response_invalid."""
-    missing = _answer(r)
+    missing = receiver_answer(r)
     del missing["processed_at"]
     return [
         ("not a mapping", ["pending"]),
         ("a field missing", missing),
-        ("another schema", _answer(r, schema="blun.other.v1")),
-        ("another event", _answer(r, event_id="evt-other")),
-        ("other capabilities", _answer(r, capabilities_sha256="d" * 64)),
-        ("attempts above max", _answer(r, attempts=6, max_attempts=5)),
-        ("leased without expiry", _answer(r, processing_status="leased", attempts=1)),
+        ("another schema", receiver_answer(r, schema="blun.other.v1")),
+        ("another event", receiver_answer(r, event_id="evt-other")),
+        ("other capabilities", receiver_answer(r, capabilities_sha256="d" * 64)),
+        ("attempts above max", receiver_answer(r, attempts=6, max_attempts=5)),
+        ("leased without expiry", receiver_answer(r, processing_status="leased", attempts=1)),
     ]
 
 
@@ -216,14 +230,14 @@ def responses(r: MonitorRecord) -> list[tuple[str, object]]:
             *rejected_responses(r)]
 
 
-def _held(r: MonitorRecord) -> MonitorInputs:
+def held_inputs(r: MonitorRecord) -> MonitorInputs:
     return MonitorInputs(now=r.updated_at, policy=POLICY, worker_id=r.lease_owner,
                          lease_token=r.lease_token, lease_seconds=LEASE_SECONDS)
 
 
 def _live_polls(r: MonitorRecord, kinds: list[tuple[str, object]]) -> list[Poll]:
     """Each response from the holder, at the clock and one second before the lease expires."""
-    held = _held(r)
+    held = held_inputs(r)
     expiry = r.lease_expires_at if r.lease_expires_at is not None else r.updated_at + 1.0
     return [
         Poll(attrs.evolve(held, now=now), response, label)
@@ -234,7 +248,7 @@ def _live_polls(r: MonitorRecord, kinds: list[tuple[str, object]]) -> list[Poll]
 
 def _refused_polls(r: MonitorRecord) -> list[Poll]:
     """The same valid answer from an intruder, a stale token, and after the lease expired."""
-    held, pending = _held(r), _answer(r)
+    held, pending = held_inputs(r), receiver_answer(r)
     expiry = r.lease_expires_at if r.lease_expires_at is not None else r.updated_at
     return [
         Poll(attrs.evolve(held, worker_id=INTRUDER), pending, "pending"),
@@ -313,123 +327,8 @@ def _describe_fail_attempt(r: MonitorRecord, choice: ReadFailure | Poll) -> str:
 
 
 def fail_attempt_choices(r: MonitorRecord) -> list[ReadFailure | Poll]:
-    failures: list[ReadFailure | Poll] = [ReadFailure(_held(r), e) for e in READER_ERRORS]
+    failures: list[ReadFailure | Poll] = [ReadFailure(held_inputs(r), e) for e in READER_ERRORS]
     return failures + _live_polls(r, rejected_responses(r))
-
-
-# --- Hypothesis strategies (imported lazily: production never needs Hypothesis) ----------
-# Hypothesis favours the first of a list while generating: every list starts with the
-# case that moves the record, so short runs still reach every row.
-
-
-def _times_from(r: MonitorRecord, *marks: float | None) -> SearchStrategy[float]:
-    from hypothesis import strategies as st
-
-    return st.one_of(
-        st.sampled_from(_near(r.updated_at, *marks)),
-        st.floats(0.0, 2000.0).map(lambda offset: r.updated_at + offset),
-    )
-
-
-def claim_strategy(r: MonitorRecord) -> SearchStrategy[MonitorInputs]:
-    from hypothesis import strategies as st
-
-    return st.builds(
-        MonitorInputs, now=_times_from(r, r.next_poll_at), policy=st.just(POLICY),
-        worker_id=st.sampled_from([CLAIMER, "worker-b"]),
-        lease_token=st.sampled_from([f"lease-{r.poll_attempts + 1}", "lease-x", "lease-y"]),
-        lease_seconds=st.sampled_from([LEASE_SECONDS, 1.0, 30.0]),
-    )
-
-
-def expiry_strategy(r: MonitorRecord) -> SearchStrategy[MonitorInputs]:
-    from hypothesis import strategies as st
-
-    expiry = r.lease_expires_at if r.lease_expires_at is not None else r.updated_at
-    return st.builds(
-        MonitorInputs,
-        now=st.one_of(st.just(expiry), _times_from(r, r.lease_expires_at)),
-        policy=st.just(POLICY),
-    )
-
-
-def _holder_inputs(r: MonitorRecord) -> SearchStrategy[MonitorInputs]:
-    from hypothesis import strategies as st
-
-    holder = (r.lease_owner, r.lease_token)
-    identity = st.sampled_from(
-        [holder] * 6 + [(INTRUDER, r.lease_token), (r.lease_owner, "lease-stale")]
-    )
-    return st.builds(
-        lambda who, now: MonitorInputs(now=now, policy=POLICY, worker_id=who[0],
-                                       lease_token=who[1], lease_seconds=LEASE_SECONDS),
-        identity,
-        st.one_of(st.just(r.updated_at), st.just(r.updated_at), st.just(r.updated_at),
-                  _times_from(r, r.lease_expires_at)),
-    )
-
-
-def generated_response(r: MonitorRecord, statuses: list[str]) -> SearchStrategy[dict[str, Any]]:
-    """Well-typed responses with every field drawn independently, many inconsistent."""
-    from hypothesis import strategies as st
-
-    time_or_none = st.one_of(st.none(), st.floats(0.0, 5000.0))
-    return st.builds(
-        lambda status, attempts, maximum, lease, expired, error, processed: _answer(
-            r, processing_status=status, attempts=attempts, max_attempts=maximum,
-            lease_expires_at=lease, lease_expired=expired, last_error_code=error,
-            processed_at=processed,
-        ),
-        st.sampled_from(statuses), st.integers(0, 22), st.integers(0, 21), time_or_none,
-        st.booleans(), st.sampled_from([None, "cms.receiver_busy", "Bad Code"]), time_or_none,
-    )
-
-
-def _poll_strategy(
-    kinds: Callable[[MonitorRecord], list[tuple[str, object]]], statuses: list[str]
-) -> Callable[[MonitorRecord], SearchStrategy[Poll]]:
-    def strategy(r: MonitorRecord) -> SearchStrategy[Poll]:
-        from hypothesis import strategies as st
-
-        listed = kinds(r)
-        labelled = st.one_of(
-            st.just(listed[0]), st.sampled_from(listed),
-            generated_response(r, statuses).map(lambda response: ("generated", response)),
-        )
-        return st.builds(lambda inputs, pair: Poll(inputs, pair[1], pair[0]),
-                         _holder_inputs(r), labelled)
-
-    return strategy
-
-
-def fail_attempt_strategy(r: MonitorRecord) -> SearchStrategy[ReadFailure | Poll]:
-    from hypothesis import strategies as st
-
-    error = st.one_of(
-        st.sampled_from(READER_ERRORS),
-        st.builds(ReaderError, st.sampled_from(["cms.timeout", "cms.gone", "X"]),
-                  st.booleans(), st.sampled_from([True, False, None])),
-    )
-    failure = st.builds(ReadFailure, _holder_inputs(r), error)
-    rejected = st.builds(lambda inputs, pair: Poll(inputs, pair[1], pair[0]),
-                         _holder_inputs(r), st.sampled_from(rejected_responses(r)))
-    retryable_now = st.just(ReadFailure(_held(r), READER_ERRORS[0]))
-    return st.one_of(retryable_now, failure, rejected)
-
-
-def new_records() -> SearchStrategy[MonitorRecord]:
-    """Registered notifications: a few keys (so repeats happen), any max_failures, any time."""
-    from hypothesis import strategies as st
-
-    return st.builds(
-        lambda key, limit, now: new_record(
-            event_id=key, notification_id=f"ntf-{key}", site_id="site-1",
-            terminal_status="published", notification_sha256="a" * 64,
-            max_failures=limit, now=now,
-        ),
-        st.sampled_from(["evt-1", "evt-2", "evt-3"]), st.sampled_from([3, 2, 1, 4]),
-        st.sampled_from([0.0, START, START + 0.5]),
-    )
 
 
 # --- the declaration ----------------------------------------------------------------------
@@ -446,27 +345,28 @@ def monitor_exploration(complete: Completer = _complete) -> Exploration[MonitorR
     completion = _completion(complete)
 
     def observe(trigger: str, kinds: Callable[[MonitorRecord], list[tuple[str, object]]],
-                statuses: list[str], refusals: bool = False) -> Move[MonitorRecord, Poll]:
+                strategy: str, refusals: bool = False) -> Move[MonitorRecord, Poll]:
         def choices(r: MonitorRecord) -> list[Poll]:
             return _live_polls(r, kinds(r)) + (_refused_polls(r) if refusals else [])
 
         return Move(
             name=trigger, triggers=(trigger, "fail_attempt"), choices=choices, run=completion,
-            strategy=_poll_strategy(kinds, statuses), describe=_describe_poll,
+            strategy=strategy_in(STRATEGIES, strategy), describe=_describe_poll,
             meaning=f"the lease holder completes the poll with an answer aimed at {trigger}",
         )
 
     moves: Sequence[Move[MonitorRecord, Any]] = (
-        trigger_move("claim", claim_inputs, strategy=claim_strategy, describe=_describe_timed,
-                     meaning="a worker leases the item"),
-        trigger_move("expire_lease", expiry_inputs, strategy=expiry_strategy,
+        trigger_move("claim", claim_inputs, strategy=strategy_in(STRATEGIES, "claim_strategy"),
+                     describe=_describe_timed, meaning="a worker leases the item"),
+        trigger_move("expire_lease", expiry_inputs,
+                     strategy=strategy_in(STRATEGIES, "expiry_strategy"),
                      describe=_describe_timed, meaning="recovery of an expired lease"),
-        observe("observe_progress", progress_responses, ["pending", "leased", "retry_wait"],
-                refusals=True),
-        observe("observe_success", success_responses, ["succeeded"]),
-        observe("observe_failure", failure_responses, ["failed"]),
+        observe("observe_progress", progress_responses, "progress_strategy", refusals=True),
+        observe("observe_success", success_responses, "success_strategy"),
+        observe("observe_failure", failure_responses, "failure_strategy"),
         Move(name="fail_attempt", triggers=("fail_attempt",), choices=fail_attempt_choices,
-             run=_fail_attempt(complete), strategy=fail_attempt_strategy,
+             run=_fail_attempt(complete),
+             strategy=strategy_in(STRATEGIES, "fail_attempt_strategy"),
              describe=_describe_fail_attempt,
              meaning="the read raised, or its response was rejected by parse_answer"),
     )
@@ -484,7 +384,7 @@ def monitor_exploration(complete: Completer = _complete) -> Exploration[MonitorR
             "parse but break an invariant); 5 reader errors; now at the clock and 1 s "
             "before/at/after the next poll and the lease expiry; holder, intruder, stale token"
         ),
-        new_records=new_records,
+        new_records=strategy_in(STRATEGIES, "new_records"),
     )
 
 

@@ -14,12 +14,14 @@ Abstraction: every field as it is, except ``attempts`` as ``min(attempts, 2)`` (
 only ask ``attempts >= 1``, no invariant reads it) and ``last_attempt_at`` by its
 presence (no guard or invariant compares times). Without the cap, attempt /
 fail_delivery would loop forever.
+
+The generated tests' Hypothesis strategies are test code, in
+:mod:`lifecycles.testing.outbox`, named here and imported only when a test draws.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
 
 from lifecycles.invariants.outbox import (
     OUTBOX_VERSION,
@@ -28,11 +30,8 @@ from lifecycles.invariants.outbox import (
     entry_id_for,
     intent_digest,
 )
-from lifecycles.machines.exploration import Exploration, trigger_move
+from lifecycles.machines.exploration import Exploration, strategy_in, trigger_move
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs
-
-if TYPE_CHECKING:
-    from hypothesis.strategies import SearchStrategy
 
 ENQUEUED_AT = "2026-01-01T00:00:00+00:00"
 LATER = "2026-01-01T00:05:00+00:00"
@@ -97,54 +96,26 @@ def _describe(r: OutboxRecord, i: OutboxInputs) -> str:
     return ", ".join(parts) or "no inputs"
 
 
-# --- Hypothesis strategies (imported lazily) ----------------------------------------
-
-
-def _text_strategy(r: OutboxRecord, field: str, listed: list[OutboxInputs]
-                   ) -> SearchStrategy[OutboxInputs]:
-    from hypothesis import strategies as st
-
-    return st.one_of(
-        st.sampled_from(listed),
-        st.text(max_size=40).map(lambda text: OutboxInputs(now=LATER, **{field: text})),
-    )
-
-
-def enqueue_strategy(r: OutboxRecord) -> SearchStrategy[OutboxInputs]:
-    from hypothesis import strategies as st
-
-    return st.sampled_from(enqueue_inputs(r))
-
-
-def failure_strategy(r: OutboxRecord) -> SearchStrategy[OutboxInputs]:
-    return _text_strategy(r, "error", failure_inputs(r))
-
-
-def quarantine_strategy(r: OutboxRecord) -> SearchStrategy[OutboxInputs]:
-    return _text_strategy(r, "reason", quarantine_inputs(r))
-
-
-def new_records() -> SearchStrategy[OutboxRecord]:
-    """Intents under a few identities (so repeated enqueues happen), either action."""
-    from hypothesis import strategies as st
-
-    return st.builds(intent_record, st.just("run-1"), st.sampled_from(["tx-1", "tx-2", "tx-3"]),
-                     st.sampled_from(["complete", "fail"]))
+STRATEGIES = "lifecycles.testing.outbox"
+"""Where the generated tests' strategies live (test code, imported only when drawn)."""
 
 
 EXPLORATION: Exploration[OutboxRecord] = Exploration(
     lifecycle=OUTBOX,
     initial=initial_records,
     moves=(
-        trigger_move("enqueue", enqueue_inputs, strategy=enqueue_strategy, describe=_describe,
+        trigger_move("enqueue", enqueue_inputs,
+                     strategy=strategy_in(STRATEGIES, "enqueue_strategy"), describe=_describe,
                      meaning="the same identity is enqueued again"),
         trigger_move("attempt", timed_inputs, describe=_describe,
                      meaning="replay counts a delivery attempt"),
         trigger_move("deliver", timed_inputs, describe=_describe,
                      meaning="the deliver callback returned"),
-        trigger_move("fail_delivery", failure_inputs, strategy=failure_strategy,
+        trigger_move("fail_delivery", failure_inputs,
+                     strategy=strategy_in(STRATEGIES, "failure_strategy"),
                      describe=_describe, meaning="the deliver callback raised"),
-        trigger_move("quarantine", quarantine_inputs, strategy=quarantine_strategy,
+        trigger_move("quarantine", quarantine_inputs,
+                     strategy=strategy_in(STRATEGIES, "quarantine_strategy"),
                      describe=_describe, meaning="the record is set aside"),
     ),
     abstraction=abstraction,
@@ -153,5 +124,5 @@ EXPLORATION: Exploration[OutboxRecord] = Exploration(
         "a complete and a fail intent; enqueue same/other/no digest; fail_delivery and "
         "quarantine with a text, empty, blank and over-long description"
     ),
-    new_records=new_records,
+    new_records=strategy_in(STRATEGIES, "new_records"),
 )
