@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from lifecycles.invariants.core import FieldRule, field_rules
@@ -120,48 +120,38 @@ def _statuses(lifecycle: AnyLifecycle) -> list[str]:
     finals = {status.value for status in lifecycle.final}
     claimable = {status.value for status in lifecycle.claimable}
     leased = lifecycle.leased.value if lifecycle.leased is not None else None
-    out = [
-        "## Statuses",
-        "",
-        "In the order work reaches them.",
-        "",
-        "| status | initial | final | leased | claimable | meaning |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for name in statuses_in_flow_order(lifecycle):
-        out.append(
-            f"| `{name}` | {_yes(name == lifecycle.initial.value)} | {_yes(name in finals)} "
-            f"| {_yes(name == leased)} | {_yes(name in claimable)} "
-            f"| {_cell(lifecycle.status_meanings.get(name, '(no meaning declared)'))} |"
-        )
-    return [*out, ""]
-
+    return _table_section(
+        "Statuses", "In the order work reaches them.",
+        ("status", "initial", "final", "leased", "claimable", "meaning"),
+        (
+            _row(f"`{name}`", _yes(name == lifecycle.initial.value), _yes(name in finals),
+                 _yes(name == leased), _yes(name in claimable),
+                 _cell(lifecycle.status_meanings.get(name, "(no meaning declared)")))
+            for name in statuses_in_flow_order(lifecycle)
+        ),
+    )
 
 def _transitions(lifecycle: AnyLifecycle) -> list[str]:
-    out = [
-        "## Transitions",
-        "",
+    creation = _row("-", f"`{lifecycle.creation}`", "(new record)",
+                    f"`{lifecycle.initial.value}`", "-", "creates the record", "every field")
+    rows = [creation]
+    for number, resolved in enumerate(_table_rows(lifecycle), start=1):
+        first = resolved[0]  # the rows of one table entry differ only in their source
+        rows.append(_row(
+            str(number), f"`{first.trigger}`", ", ".join(f"`{row.source}`" for row in resolved),
+            f"`{first.dest}`", _guard_cell(lifecycle, first), _effect_cell(lifecycle, first),
+            ", ".join(f"`{field}`" for field in lifecycle.writes(first)),
+        ))
+    return _table_section(
+        "Transitions",
         "One line per row of the table, in table order. A trigger whose rows all refuse "
         f"changes nothing and raises the refusal code of the first blocking guard (or "
         f"`{lifecycle.not_allowed_code}` when the trigger is not allowed from the status). "
         f"Every transition also sets `{lifecycle.status_field}` and must leave every "
         "invariant true, or it is refused.",
-        "",
-        "| # | trigger | from | to | guards (all must hold) | effect | writes |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-        f"| - | `{lifecycle.creation}` | (new record) | `{lifecycle.initial.value}` | - "
-        f"| creates the record | every field |",
-    ]
-    for number, rows in enumerate(_table_rows(lifecycle), start=1):
-        first = rows[0]
-        sources = ", ".join(f"`{row.source}`" for row in rows)
-        out.append(
-            f"| {number} | `{first.trigger}` | {sources} | `{first.dest}` "
-            f"| {_guard_cell(lifecycle, first)} | {_effect_cell(lifecycle, first)} "
-            f"| {', '.join(f'`{field}`' for field in lifecycle.writes(first))} |"
-        )
-    return [*out, ""]
-
+        ("#", "trigger", "from", "to", "guards (all must hold)", "effect", "writes"),
+        rows,
+    )
 
 def _reaching_finals(lifecycle: AnyLifecycle) -> list[str]:
     out = [
@@ -211,40 +201,32 @@ def _reaching_finals(lifecycle: AnyLifecycle) -> list[str]:
 
 
 def _guards(lifecycle: AnyLifecycle) -> list[str]:
-    out = [
-        "## Guards",
-        "",
-        "| guard | holds when | refusal code when it blocks | used by |",
-        "| --- | --- | --- | --- |",
-    ]
-    for name, declared in lifecycle.guards.items():
-        users = sorted({row.trigger for row in lifecycle.rows
-                        if name in row.conditions or name in row.unless},
-                       key=lifecycle.triggers.index)
-        out.append(
-            f"| `{name}` | {_cell(declared.meaning)} | `{declared.refusal_code}` "
-            f"| {', '.join(f'`{t}`' for t in users)} |"
-        )
-    return [*out, ""]
+    def users(name: str) -> str:
+        triggers = sorted({row.trigger for row in lifecycle.rows
+                           if name in row.conditions or name in row.unless},
+                          key=lifecycle.triggers.index)
+        return ", ".join(f"`{t}`" for t in triggers)
 
+    return _table_section(
+        "Guards", None, ("guard", "holds when", "refusal code when it blocks", "used by"),
+        (
+            _row(f"`{name}`", _cell(declared.meaning), f"`{declared.refusal_code}`", users(name))
+            for name, declared in lifecycle.guards.items()
+        ),
+    )
 
 def _effects(lifecycle: AnyLifecycle) -> list[str]:
-    out = [
-        "## Effects",
-        "",
+    return _table_section(
+        "Effects",
         "An effect computes the new values of exactly the fields it declares; the engine "
         "refuses an effect that writes any other field.",
-        "",
-        "| effect | what it does | writes |",
-        "| --- | --- | --- |",
-    ]
-    for name, declared in lifecycle.effects.items():
-        out.append(
-            f"| `{name}` | {_cell(declared.meaning)} "
-            f"| {', '.join(f'`{field}`' for field in declared.writes)} |"
-        )
-    return [*out, ""]
-
+        ("effect", "what it does", "writes"),
+        (
+            _row(f"`{name}`", _cell(declared.meaning),
+                 ", ".join(f"`{field}`" for field in declared.writes))
+            for name, declared in lifecycle.effects.items()
+        ),
+    )
 
 def _lease(lifecycle: AnyLifecycle) -> list[str]:
     lease = lifecycle.lease
@@ -269,36 +251,25 @@ def _lease(lifecycle: AnyLifecycle) -> list[str]:
 
 
 def _invariants(lifecycle: AnyLifecycle) -> list[str]:
-    out = [
-        "## Invariants",
-        "",
+    return _table_section(
+        "Invariants",
         "Every record obeys every invariant: checked before every write and on every read. "
         f"A violation names the rule and raises `{lifecycle.invariants.code}`.",
-        "",
-        "| invariant | meaning |",
-        "| --- | --- |",
-    ]
-    out += [f"| `{rule.name}` | {_cell(rule.meaning)} |" for rule in lifecycle.invariants]
-    return [*out, ""]
-
+        ("invariant", "meaning"),
+        (_row(f"`{rule.name}`", _cell(rule.meaning)) for rule in lifecycle.invariants),
+    )
 
 def _field_rules(lifecycle: AnyLifecycle) -> list[str]:
-    out = [
-        "## Field rules",
-        "",
+    return _table_section(
+        "Field rules",
         f"Each field of `{lifecycle.record_type.__name__}` is checked whenever a record is "
         "built, so a record with a malformed field cannot exist.",
-        "",
-        "| field | rule | demands | empty (None) allowed |",
-        "| --- | --- | --- | --- |",
-    ]
-    for field, rule in field_rules(lifecycle.record_type):
-        out.append(
-            f"| `{field}` | `{rule.name}` | {_cell(_rule_meaning(rule))} "
-            f"| {_yes(rule.optional)} |"
-        )
-    return [*out, ""]
-
+        ("field", "rule", "demands", "empty (None) allowed"),
+        (
+            _row(f"`{field}`", f"`{rule.name}`", _cell(_rule_meaning(rule)), _yes(rule.optional))
+            for field, rule in field_rules(lifecycle.record_type)
+        ),
+    )
 
 def _beside_the_table(lifecycle: AnyLifecycle) -> list[str]:
     out = ["## Logic beside the table", ""]
@@ -327,6 +298,22 @@ def _beside_the_table(lifecycle: AnyLifecycle) -> list[str]:
 
 
 # --- helpers ---------------------------------------------------------------------
+
+
+def _table_section(title: str, intro: str | None, columns: Sequence[str],
+                   rows: Iterable[str]) -> list[str]:
+    """``## title``, an optional paragraph, and a Markdown table of ``rows`` (each one
+    :func:`_row`) under ``columns``: the shape of every tabular section of a page."""
+    out = [f"## {title}", ""]
+    if intro is not None:
+        out += [intro, ""]
+    out += [_row(*columns), "|" + " --- |" * len(columns), *rows]
+    return [*out, ""]
+
+
+def _row(*cells: str) -> str:
+    """One line of a Markdown table; every cell is already escaped (:func:`_cell`)."""
+    return "| " + " | ".join(cells) + " |"
 
 
 def signature(function: Callable[..., Any]) -> str:

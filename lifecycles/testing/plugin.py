@@ -58,6 +58,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 REQUIRE_COVERAGE_OPTION = "--lifecycles-require-coverage"
 PROFILE_VARIABLE = "HYPOTHESIS_PROFILE"
 DEFAULT_PROFILE = "ci"
+PROFILES: dict[str, dict[str, Any]] = {
+    # Reproducible, so a coverage gate cannot flake.
+    "ci": {"max_examples": 60, "stateful_step_count": 30, "print_blob": True,
+           "derandomize": True},
+    # For long runs by hand.
+    "deep": {"max_examples": 2000, "stateful_step_count": 100},
+}
+"""The profiles the plugin registers, beyond what both share (no deadline, too_slow
+suppressed; parent: Hypothesis' own defaults)."""
 
 PENDING_PROFILE = "lifecycles-pending"
 """Loaded from before the conftests until ``pytest_configure``: any load replaces it."""
@@ -78,24 +87,10 @@ def _register_profiles() -> bool:
         return False
     # Hypothesis' own defaults as parent, not whatever is loaded (its "ci" on CI hosts).
     base = settings.get_profile("default")
-    settings.register_profile(
-        "ci",
-        base,
-        max_examples=60,
-        stateful_step_count=30,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-        print_blob=True,
-        derandomize=True,
-    )
-    settings.register_profile(
-        "deep",
-        base,
-        max_examples=2000,
-        stateful_step_count=100,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
+    for name, own in PROFILES.items():
+        settings.register_profile(
+            name, base, deadline=None, suppress_health_check=[HealthCheck.too_slow], **own
+        )
     return True
 
 
