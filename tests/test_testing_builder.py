@@ -155,3 +155,35 @@ def test_require_coverage_option_fails_a_run_that_left_a_row_unexercised(tmp_pat
     assert strict.returncode == 1, strict.stdout + strict.stderr
     assert "1 passed" in strict.stdout
     assert "FAILS the run: --lifecycles-require-coverage" in strict.stdout
+
+
+def test_checking_imports_no_test_code_and_no_hypothesis() -> None:
+    """The explorations beside the tables name their strategies (lifecycles.testing.*);
+    `lifecycles check` runs them without importing either."""
+    probe = textwrap.dedent("""
+        import sys
+        from lifecycles.checker import run_check
+        import io, pathlib, tempfile
+        with tempfile.TemporaryDirectory() as folder:
+            code = run_check(snapshot_path=pathlib.Path(folder) / "s.json", out=io.StringIO(),
+                             trace_dir=pathlib.Path(folder))
+        loaded = sorted(n for n in sys.modules
+                        if n == "hypothesis" or n.startswith(("hypothesis.", "lifecycles.testing")))
+        print(code, loaded)
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "0 []", done.stdout + done.stderr
+
+
+def test_the_declared_strategies_are_the_testing_modules() -> None:
+    """Every strategy an exploration names resolves, lazily, to a lifecycles.testing function."""
+    from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX_EXPLORATION
+    from lifecycles.testing import monitor as monitor_strategies
+
+    for exploration in (EXPLORATION, OUTBOX_EXPLORATION):
+        record = exploration.initial()[0]
+        for move in exploration.moves:
+            assert move.draw_from(record) is not None
+        assert exploration.new_record_strategy() is not None
+    assert monitor_strategies.claim_strategy(EXPLORATION.initial()[0]) is not None
