@@ -91,6 +91,29 @@ time = finite_time("time_finite_non_negative")
 optional_integer = FieldRule("integer_type", is_integer, optional=True)
 lease_expired_flag = one_of("lease_expired_flag", {0, 1})
 
+# Rules of the facade's arguments, declared once, each named for the argument it checks
+# (the facade maps a broken rule's name to that argument's public code, in one table).
+DAY_SECONDS = 86_400
+
+
+def duration(name: str) -> FieldRule:
+    """A duration in seconds within (0, 86400], under the rule name ``name``."""
+    return FieldRule(
+        name, lambda v: is_time(v) and 0 < v <= DAY_SECONDS, meaning="seconds in (0, 86400]"
+    )
+
+
+poll_interval = duration("poll_interval_bounds")
+delay = duration("delay_bounds")
+lease_duration = duration("lease_bounds")
+capabilities_rule = attrs.evolve(sha256_hex, name="capabilities_sha256_syntax")
+event_id_rule = attrs.evolve(token, name="event_id_syntax")
+worker_id_rule = FieldRule(
+    "worker_id_syntax", lambda v: token.check(v) and len(v) <= 128,
+    meaning="a token of at most 128 characters",
+)
+reader_rule = FieldRule("reader_callable", callable, meaning="a callable (event_id, site_id)")
+
 
 def _status(value: object) -> object:
     """Stored statuses are strings; a known one becomes the enum, anything else stays to fail."""
@@ -422,3 +445,42 @@ produces is valid is the invariants' decision, afterwards."""
 def answer_rules_broken(a: AnswerRead) -> list[str]:
     """Names of the answer rules ``a`` breaks: the shape rules first, and alone if broken."""
     return ANSWER_SHAPE.broken(a) or ANSWER_RULES.broken(a)
+
+
+# --- the notification a caller registers -------------------------------------------------
+
+NOTIFICATION_SCHEMA = "blun.cms-source-terminal-notification.v1"
+NOTIFICATION_FIELDS = frozenset(
+    {
+        "schema", "notification_id", "event_id", "site_id", "plan_id",
+        "website_version", "source_sequence", "job_count", "change_sha256",
+        "lifecycle_binding_sha256", "terminal_status", "lifecycle_sha256",
+    }
+)
+
+
+@invariant
+def notification_fields_exact(n: Mapping[Any, Any]) -> bool:
+    """The notification has exactly the notification schema's fields, named by plain strings."""
+    return all(type(key) is str for key in n) and set(n) == NOTIFICATION_FIELDS
+
+
+@invariant
+def notification_schema_is_notification_schema(n: Mapping[Any, Any]) -> bool:
+    """schema is exactly the terminal notification schema."""
+    return type(n["schema"]) is str and n["schema"] == NOTIFICATION_SCHEMA
+
+
+NOTIFICATION_RULES: InvariantSet[Mapping[Any, Any]] = InvariantSet(
+    "terminal_processing_monitor.notification_invalid",
+    [notification_fields_exact, notification_schema_is_notification_schema],
+)
+"""The notification's own rules, read on its plain copy; its identity fields then obey the
+record's field rules (``token_syntax``, ``terminal_status_known``, ``sha256_syntax``)."""
+
+
+def notification_rules_broken(n: Mapping[Any, Any]) -> list[str]:
+    """Names of the rules ``n`` breaks; on a wrong shape only that (no field is read)."""
+    if not notification_fields_exact.holds(n):
+        return [notification_fields_exact.name]
+    return NOTIFICATION_RULES.broken(n)

@@ -30,19 +30,33 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from lifecycles.invariants.core import InvariantViolation, canonical_json, is_time
+from lifecycles.invariants.core import (
+    FieldRule,
+    FieldRuleViolation,
+    InvariantViolation,
+    canonical_json,
+)
 from lifecycles.invariants.monitor import (
     COLUMNS,
+    NOTIFICATION_FIELDS,
+    NOTIFICATION_SCHEMA,
     MonitorRecord,
     MonitorStatus,
     ReceiverStatus,
+    capabilities_rule,
+    event_id_rule,
+    failure_bound,
+    lease_duration,
+    notification_rules_broken,
+    reader_rule,
     sha256_hex,
+    terminal_status,
+    time,
+    token,
+    worker_id_rule,
 )
 from lifecycles.invariants.monitor import (
     TERMINAL_STATUSES as _TERMINAL_STATUSES,
-)
-from lifecycles.invariants.monitor import (
-    terminal_status as terminal_status_rule,
 )
 from lifecycles.machines.core import TransitionRefused
 from lifecycles.machines.monitor import (
@@ -57,24 +71,16 @@ from lifecycles.machines.monitor import (
     plain_value,
     poll_step,
     read_answer,
-    token,
 )
 from lifecycles.monitor_schema import MonitorSchema, open_monitor_store
 from lifecycles.stores.base import StaleRecord, Store, StoreError, UniqueViolation
 from lifecycles.stores.sql import SQLStore
 
 SCHEMA_VERSION = MonitorSchema.VERSION
-NOTIFICATION_SCHEMA = "blun.cms-source-terminal-notification.v1"
-NOTIFICATION_FIELDS = {
-    "schema", "notification_id", "event_id", "site_id", "plan_id",
-    "website_version", "source_sequence", "job_count", "change_sha256",
-    "lifecycle_binding_sha256", "terminal_status", "lifecycle_sha256",
-}
 # Derived from the declarations, never listed again.
 STATUSES = tuple(status.value for status in MonitorStatus)
 REMOTE_STATUSES = tuple(status.value for status in ReceiverStatus)
 TERMINAL_STATUSES = set(_TERMINAL_STATUSES)
-_MAX_WORKER_ID = 128
 
 
 # --- errors --------------------------------------------------------------------
@@ -267,20 +273,48 @@ class MonitorRow:
         return f"<MonitorRow {self['event_id']} {self['status']}>"
 
 
-# --- input checks: each raises its stable code ---------------------------------
+# --- input checks: a broken rule's name -> its public code, in one table ----------
+
+# Every rule is declared once (lifecycles.invariants.monitor, machines.monitor's
+# RetryPolicy); an argument checked by several rules maps each to its one code.
+RULE_CODES: Mapping[str, str] = {
+    time.name: "time_invalid",  # every `now`, and a duration that is no time at all
+    capabilities_rule.name: "capabilities_invalid",
+    "poll_interval_bounds": "poll_interval_invalid",
+    "delay_bounds": "delay_invalid",
+    "base_delay_within_max_delay": "delay_invalid",
+    failure_bound.name: "max_failures_invalid",
+    lease_duration.name: "lease_invalid",
+    worker_id_rule.name: "worker_invalid",
+    event_id_rule.name: "event_invalid",
+    reader_rule.name: "reader_invalid",
+    # A notification is refused whole, whichever of its rules it breaks.
+    **dict.fromkeys((
+        "notification_is_object", "notification_readable", "notification_fields_exact",
+        "notification_schema_is_notification_schema", token.name, terminal_status.name,
+        sha256_hex.name, "notification_json", "notification_digest_matches",
+    ), "notification_invalid"),
+}
+
+
+def refused(rule: str) -> TerminalProcessingMonitorBlocked:
+    """The public error for an argument that breaks ``rule`` (:data:`RULE_CODES`)."""
+    return blocked(CODE + RULE_CODES[rule])
+
+
+def _checked(rule: FieldRule, value: Any) -> Any:
+    if not rule.check(value):
+        raise refused(rule.name)
+    return value
 
 
 def _time(value: Any) -> float:
-    if not is_time(value):
-        raise blocked(CODE + "time_invalid")
-    return float(value)
+    return float(_checked(time, value))
 
 
-def _duration(value: Any, code: str) -> float:
-    seconds = _time(value)
-    if not 0 < seconds <= 86_400:
-        raise blocked(CODE + code)
-    return seconds
+def _seconds(value: Any, bounds: FieldRule) -> float:
+    """A duration: a time first (``time_invalid``), then within ``bounds``."""
+    return float(_checked(bounds, _checked(time, value)))
 
 
 def canonical_sha256(value: Any) -> str:
@@ -288,7 +322,7 @@ def canonical_sha256(value: Any) -> str:
     try:
         return hashlib.sha256(canonical_json(value)).hexdigest()
     except Exception:  # not JSON, or a value whose own methods raised while encoded
-        raise blocked(CODE + "notification_invalid") from None
+        raise refused("notification_json") from None
 
 
 def new_lease_token() -> str:
@@ -320,21 +354,20 @@ class DurableTerminalProcessingMonitor:
         self.connection = connection
         if isinstance(connection, sqlite3.Connection):
             connection.row_factory = sqlite3.Row  # the reference set it; callers may rely on it
-        if not (isinstance(expected_capabilities_sha256, str) and len(
-            expected_capabilities_sha256
-        ) == 64 and all(c in "0123456789abcdef" for c in expected_capabilities_sha256)):
-            raise blocked(CODE + "capabilities_invalid")
-        self.expected_capabilities_sha256 = expected_capabilities_sha256
-        self.poll_interval_seconds = _duration(poll_interval_seconds, "poll_interval_invalid")
-        self.base_delay_seconds = _duration(base_delay_seconds, "delay_invalid")
-        self.max_delay_seconds = _duration(max_delay_seconds, "delay_invalid")
-        if self.base_delay_seconds > self.max_delay_seconds:
-            raise blocked(CODE + "delay_invalid")
+        capabilities = _checked(capabilities_rule, plain_value(expected_capabilities_sha256))
+        self.expected_capabilities_sha256: str = capabilities
+        try:  # the policy's own rules, in the reference's order
+            RetryPolicy(poll_interval_seconds, base_delay_seconds, max_delay_seconds)
+        except FieldRuleViolation as broken:
+            raise refused(broken.rule) from None
+        self.poll_interval_seconds = float(poll_interval_seconds)
+        self.base_delay_seconds = float(base_delay_seconds)
+        self.max_delay_seconds = float(max_delay_seconds)
         self.policy = RetryPolicy(
             self.poll_interval_seconds, self.base_delay_seconds, self.max_delay_seconds
         )
         with _public_errors():
-            self.store = _open_store(connection, expected_capabilities_sha256)
+            self.store = _open_store(connection, capabilities)
 
     # -- the database under the monitor ---------------------------------------------
 
@@ -370,10 +403,7 @@ class DurableTerminalProcessingMonitor:
     ) -> TerminalProcessingStatus:
         with self._schema_first():
             moment = _time(now)
-            if isinstance(max_failures, bool) or not isinstance(max_failures, int) or not (
-                1 <= max_failures <= 20
-            ):
-                raise blocked(CODE + "max_failures_invalid")
+            _checked(failure_bound, max_failures)
             record = self._notification_record(
                 notification, notification_sha256, max_failures, moment
             )
@@ -399,30 +429,26 @@ class DurableTerminalProcessingMonitor:
         to an allowed value is judged by the value it holds, which the database would
         store.
         """
-        invalid = blocked(CODE + "notification_invalid")
         if not isinstance(notification, dict):  # the reference's JSON digest refuses others
-            raise invalid
+            raise refused("notification_is_object")
         try:
             value = {plain_value(key): plain_value(notification[key]) for key in notification}
         except Exception:  # its own __iter__ or __getitem__ raised: nothing to register
-            raise invalid from None
-        if any(type(key) is not str for key in value) or set(value) != NOTIFICATION_FIELDS:
-            raise invalid
-        fields = {name: value[name] for name in (
-            "event_id", "notification_id", "site_id", "terminal_status"
-        )}
-        schema = value["schema"]
-        if (
-            type(schema) is not str or schema != NOTIFICATION_SCHEMA
-            or not all(token.check(fields[n]) for n in ("event_id", "notification_id", "site_id"))
-            or not terminal_status_rule.check(fields["terminal_status"])
-            or not sha256_hex.check(digest := plain_value(notification_sha256))
-            or canonical_sha256(value) != digest
-        ):
-            raise invalid
-        return new_record(
-            **fields, notification_sha256=digest, max_failures=max_failures, now=now
-        )
+            raise refused("notification_readable") from None
+        for rule in notification_rules_broken(value):
+            raise refused(rule)
+        digest = plain_value(notification_sha256)
+        try:  # the identity fields and the digest obey the record's own field rules
+            record = new_record(
+                event_id=value["event_id"], notification_id=value["notification_id"],
+                site_id=value["site_id"], terminal_status=value["terminal_status"],
+                notification_sha256=digest, max_failures=max_failures, now=now,
+            )
+        except FieldRuleViolation as broken:
+            raise refused(broken.rule) from None
+        if canonical_sha256(value) != digest:
+            raise refused("notification_digest_matches")
+        return record
 
     # -- leasing and polling -----------------------------------------------------
 
@@ -439,10 +465,9 @@ class DurableTerminalProcessingMonitor:
     def _claim(self, worker_id: Any, now: Any, lease_seconds: Any) -> MonitorRecord | None:
         worker_id = plain_value(worker_id)  # the str it holds is the one stored as lease_owner
         with self._schema_first():
-            if not token.check(worker_id) or len(worker_id) > _MAX_WORKER_ID:
-                raise blocked(CODE + "worker_invalid")
+            _checked(worker_id_rule, worker_id)
             moment = _time(now)
-            seconds = _duration(lease_seconds, "lease_invalid")
+            seconds = _seconds(lease_seconds, lease_duration)
         inputs = MonitorInputs(
             now=moment, policy=self.policy, worker_id=worker_id,
             lease_token=new_lease_token(), lease_seconds=seconds,
@@ -458,8 +483,7 @@ class DurableTerminalProcessingMonitor:
         now: float | int,
         lease_seconds: float | int = 600,
     ) -> TerminalProcessingOutcome | None:
-        if not callable(reader):
-            raise blocked(CODE + "reader_invalid")
+        _checked(reader_rule, reader)
         moment = _time(now)
         claimed = self._claim(worker_id, moment, lease_seconds)
         if claimed is None:
@@ -516,9 +540,7 @@ class DurableTerminalProcessingMonitor:
 
     def status(self, event_id: str, *, now: float | int) -> TerminalProcessingStatus:
         self._check_schema()  # first, as in the reference
-        key = plain_value(event_id)
-        if not token.check(key):
-            raise blocked(CODE + "event_invalid")
+        key = _checked(event_id_rule, plain_value(event_id))
         return self._stored_status(key, _time(now))
 
     def _stored_status(self, event_id: str, now: float) -> TerminalProcessingStatus:
@@ -559,9 +581,10 @@ def _status_of(record: MonitorRecord, now: float) -> TerminalProcessingStatus:
 
 
 __all__ = [
-    "NOTIFICATION_FIELDS", "NOTIFICATION_SCHEMA", "REMOTE_STATUSES", "SCHEMA_VERSION",
-    "STATUSES", "STATUS_SCHEMA", "TERMINAL_STATUSES", "DurableTerminalProcessingMonitor",
-    "InputInvalid", "LeaseLost", "MonitorRow", "StateInvalid", "StorageBlocked",
+    "NOTIFICATION_FIELDS", "NOTIFICATION_SCHEMA", "REMOTE_STATUSES", "RULE_CODES",
+    "SCHEMA_VERSION", "STATUSES", "STATUS_SCHEMA", "TERMINAL_STATUSES",
+    "DurableTerminalProcessingMonitor", "InputInvalid", "LeaseLost", "MonitorRow",
+    "StateInvalid", "StorageBlocked",
     "TerminalProcessingHealth", "TerminalProcessingMonitorBlocked",
     "TerminalProcessingOutcome", "TerminalProcessingStatus", "blocked", "canonical_sha256",
     "new_lease_token",

@@ -23,12 +23,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import (
-    FieldRule,
-    FieldRuleViolation,
-    InvariantViolation,
-    is_time,
-)
+from lifecycles.invariants.core import FieldRuleViolation, InvariantViolation
 from lifecycles.invariants.monitor import (
     ANSWER_RULES,
     ANSWER_SHAPE,
@@ -41,7 +36,10 @@ from lifecycles.invariants.monitor import (
     MonitorStatus,
     ReceiverStatus,
     answer_rules_broken,
+    delay,
     error_code,
+    poll_interval,
+    time,
     token,
 )
 from lifecycles.machines.core import Changes, Lease, Lifecycle, effect, guard
@@ -75,20 +73,17 @@ TABLE: list[dict[str, Any]] = [
 # --- inputs: everything a transition needs from outside, passed in ----------
 
 
-def _is_duration(value: object) -> bool:
-    return is_time(value) and 0 < value <= 86_400  # type: ignore[operator]
-
-
-duration = FieldRule("duration_bounds", _is_duration, meaning="seconds in (0, 86400]")
-
-
 @attrs.frozen
 class RetryPolicy:
-    """The monitor's timing: poll interval while watching, and the backoff bounds."""
+    """The monitor's timing: poll interval while watching, and the backoff bounds.
 
-    poll_interval_seconds: float = attrs.field(default=30.0, validator=duration)
-    base_delay_seconds: float = attrs.field(default=5.0, validator=duration)
-    max_delay_seconds: float = attrs.field(default=300.0, validator=duration)
+    Each bound is a named rule, checked in the reference's order: a value that is no
+    time breaks ``time_finite_non_negative`` before its own bounds are read.
+    """
+
+    poll_interval_seconds: float = attrs.field(default=30.0, validator=[time, poll_interval])
+    base_delay_seconds: float = attrs.field(default=5.0, validator=[time, delay])
+    max_delay_seconds: float = attrs.field(default=300.0, validator=[time, delay])
 
     @max_delay_seconds.validator
     def _base_within_max(self, attribute: attrs.Attribute[float], value: float) -> None:

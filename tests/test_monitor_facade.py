@@ -18,7 +18,20 @@ from monitor_support import (
     table_dump,
 )
 
+from lifecycles.invariants.core import field_rules
+from lifecycles.invariants.monitor import (
+    NOTIFICATION_RULES,
+    capabilities_rule,
+    event_id_rule,
+    failure_bound,
+    lease_duration,
+    reader_rule,
+    time,
+    worker_id_rule,
+)
+from lifecycles.machines.monitor import RetryPolicy
 from lifecycles.monitor import (
+    RULE_CODES,
     DurableTerminalProcessingMonitor,
     InputInvalid,
     LeaseLost,
@@ -84,6 +97,33 @@ def test_constructor_refuses_bad_settings_and_creates_nothing(
 
 
 # --- every refusal has its code and changes nothing -----------------------------------
+
+
+def test_one_table_maps_every_argument_rule_to_an_input_code() -> None:
+    declared = {
+        rule.name for rule in (time, capabilities_rule, failure_bound, lease_duration,
+                               worker_id_rule, event_id_rule, reader_rule)
+    }
+    declared |= {rule.name for _, rule in field_rules(RetryPolicy)}
+    declared |= {"base_delay_within_max_delay"}  # RetryPolicy's cross-field validator
+    declared |= {rule.name for rule in NOTIFICATION_RULES}
+    assert declared <= set(RULE_CODES)
+    assert {CODE + code for code in RULE_CODES.values()} <= InputInvalid.family_codes
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "code"),
+    [({"poll_interval_seconds": "30"}, "time_invalid"),
+     ({"poll_interval_seconds": 0}, "poll_interval_invalid"),
+     ({"base_delay_seconds": 86_401}, "delay_invalid"),
+     ({"base_delay_seconds": 10, "max_delay_seconds": 5}, "delay_invalid"),
+     ({"expected_capabilities_sha256": "C" * 64}, "capabilities_invalid")],
+)
+def test_a_broken_setting_rule_is_its_code(
+    connection: sqlite3.Connection, kwargs: dict[str, Any], code: str
+) -> None:
+    arguments = {"expected_capabilities_sha256": CAPABILITIES, **kwargs}
+    refused(code, lambda: DurableTerminalProcessingMonitor(connection, **arguments))
 
 
 def bad_notification(**overrides: Any) -> tuple[Any, str]:
