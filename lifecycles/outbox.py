@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+import attrs
+
 from lifecycles.invariants.core import FieldRule
 from lifecycles.invariants.outbox import (
     MAX_ERROR_LENGTH,
@@ -358,7 +360,6 @@ class CloseOutbox:
         pending = OutboxStatus.PENDING.value
         with _translated_store_errors(), self.store.exclusive("replay"):
             listing = self.store.first_names(pending, limit)
-            changes_before = self.store.changes_seen(pending)
             ready: list[OutboxRecord] = []
             interrupted = bool(listing.shadowed)  # a move left half done
             for name in listing.first:
@@ -370,8 +371,16 @@ class CloseOutbox:
                     continue
                 if record is None:
                     continue  # gone since the listing (a nested call of this process)
-                if self.store.exists(record.entry_id, OutboxStatus.DELIVERED.value):
-                    if self.store.finish_interrupted_move(record, pending):
+                try:
+                    found = self.store.get(record.entry_id)  # delivered/ is searched first
+                except UntrustedRecord:
+                    found = None  # material in delivered/ that is no record
+                if found is None or found.state != OutboxStatus.PENDING:
+                    if (
+                        found is not None
+                        and _is_tail_of_a_move(record, found)
+                        and self.store.discard_shadowed(record, pending)
+                    ):
                         continue  # delivered by an earlier, interrupted replay
                     reason = "pending entry conflicts with existing delivered material"
                     self.store.fire(record, "quarantine", OutboxInputs(_now(), reason=reason))
@@ -414,14 +423,9 @@ class CloseOutbox:
                 with self.store.transaction():
                     for record, trigger, inputs in outcomes:
                         self.store.fire(record, trigger, inputs)
-            # What the directory holds now, less the copies shadowed by delivered/ (the
-            # tails of interrupted moves, usually none): not pending, whatever their file.
-            remaining = (
-                listing.total
-                + self.store.changes_seen(pending)
-                - changes_before
-                - len(self.store.shadowed(pending, listing.shadowed))
-            )
+            # What pending/ holds now, less the copies shadowed by delivered/ (the tails
+            # of interrupted moves, usually none): not pending, whatever their file.
+            remaining = self.store.count(pending)
             return ReplayReport(
                 attempted=attempted,
                 delivered=delivered,
@@ -436,6 +440,18 @@ class CloseOutbox:
         quarantines): an identity delivered is not pending."""
         with _translated_store_errors():
             return self.store.count(OutboxStatus.PENDING.value)
+
+
+def _is_tail_of_a_move(before: OutboxRecord, after: OutboxRecord) -> bool:
+    changed = {
+        field.name for field in attrs.fields(OutboxRecord)
+        if getattr(before, field.name) != getattr(after, field.name)
+    }
+    return any(
+        row.source == before.state and row.dest == after.state
+        and changed <= set(OUTBOX.writes(row))
+        for row in OUTBOX.rows
+    )
 
 
 def _quarantined_identity() -> OutboxCorruptError:

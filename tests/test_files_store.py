@@ -528,9 +528,9 @@ def test_a_copy_shadowed_by_an_earlier_directory_is_not_counted(
     assert outbox_store.count_by_status()["pending"] == 2
     listing = outbox_store.first_names("pending", 10)
     assert (listing.total, listing.shadowed) == (3, {name})
-    assert outbox_store.shadowed("pending", [name, "absent.json"]) == {name}
     pending.unlink()
-    assert outbox_store.shadowed("pending", [name]) == set()
+    assert outbox_store.first_names("pending", 10).shadowed == set()
+    assert outbox_store.count("pending") == 2
 
 
 def test_a_quarantined_entry_keeps_its_own_stem_unless_it_is_unsafe(
@@ -570,36 +570,34 @@ def test_nested_entry_into_an_exclusive_section_is_refused(tmp_path: Path) -> No
         pass
 
 
-def test_the_source_of_an_interrupted_move_is_finished_only_when_it_is_one(
+def test_a_shadowed_copy_is_discarded_only_while_it_holds_the_record(
     outbox_store: FilesStore[Any],
 ) -> None:
+    """Whether a copy is the tail of a move is the caller's judgement (the outbox's
+    machine); the store removes only a shadowed copy that holds exactly that record."""
     record = outbox_store.fire(outbox_store.insert(outbox_record(1)), "attempt", OutboxInputs(T0))
     delivered = outbox_store.fire(record, "deliver", OutboxInputs(T0))
     source = outbox_store.root / "pending" / f"{record.entry_id}.json"
-    # not the source of the deliver row (it predates the attempt): left for the caller
-    older = outbox_record(1)
-    source.write_bytes(canonical_json(older.values()) + b"\n")
-    assert not outbox_store.finish_interrupted_move(older, "pending")
-    assert source.exists()
-    # exactly what the deliver row moved: its source is removed
     source.write_bytes(canonical_json(record.values()) + b"\n")
-    assert outbox_store.finish_interrupted_move(record, "pending")
+    older = outbox_record(1)
+    assert not outbox_store.discard_shadowed(older, "pending"), "the file holds another record"
+    assert source.exists()
+    assert outbox_store.discard_shadowed(record, "pending")
     assert not source.exists()
     assert outbox_store.get(record.entry_id) == delivered
-    assert not outbox_store.finish_interrupted_move(record, "pending")
+    assert not outbox_store.discard_shadowed(record, "pending")
 
 
-def test_a_monitor_move_left_half_done_is_finished(monitor_store: FilesStore[Any]) -> None:
+def test_a_copy_that_get_answers_is_never_discarded(monitor_store: FilesStore[Any]) -> None:
     record = monitor_store.insert(monitor_record(1))
-    leased = monitor_store.claim(claim_inputs(200.0, "t1"))
+    monitor_store.claim(claim_inputs(200.0, "t1"))
     source = monitor_store.root / "pending" / "e001.json"
     source.write_bytes(canonical_json(monitor_store.values_of(record)) + b"\n")
-    assert monitor_store.finish_interrupted_move(record, "pending")
-    assert not source.exists()
-    assert monitor_store.get("e001") == leased
+    assert not monitor_store.discard_shadowed(record, "pending"), "pending is searched first"
+    assert source.exists()
 
 
-def test_a_link_at_the_destination_is_not_the_end_of_a_move(
+def test_a_copy_shadowed_by_a_link_is_not_discarded(
     outbox_store: FilesStore[Any], tmp_path: Path
 ) -> None:
     record = outbox_store.fire(outbox_store.insert(outbox_record(1)), "attempt", OutboxInputs(T0))
@@ -607,7 +605,7 @@ def test_a_link_at_the_destination_is_not_the_end_of_a_move(
     delivered = attrs.evolve(record, state="delivered")
     target.write_bytes(canonical_json(outbox_store.values_of(delivered)) + b"\n")
     os.symlink(target, outbox_store.root / "delivered" / f"{record.entry_id}.json")
-    assert not outbox_store.finish_interrupted_move(record, "pending")
+    assert not outbox_store.discard_shadowed(record, "pending")
     assert (outbox_store.root / "pending" / f"{record.entry_id}.json").exists()
 
 

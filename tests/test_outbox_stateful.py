@@ -234,7 +234,8 @@ class OutboxMachine(RuleBasedStateMachine):
             expected["attempted"], expected["delivered"], expected["failed"],
             expected["quarantined"],
         )
-        assert report.remaining == len(self.in_pending_dir())
+        # the tail of an interrupted move left beyond the limit is not pending either
+        assert report.remaining == len(set(self.in_pending_dir()) - self.leftovers)
 
     @precondition(lambda self: any(s == "pending" for s in self.status.values()))
     @rule(data=st.data(), how=st.sampled_from(CORRUPTIONS))

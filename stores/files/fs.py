@@ -1,0 +1,272 @@
+"""Filesystem primitives of the files store: each one relative to a directory descriptor.
+
+Nothing here knows records: these functions open directories without following links,
+put bytes at a name atomically and durably, read a regular file within a bound after
+checking what kind of entry it is, and tell a dead writer's leftover from a look-alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+
+from lifecycles.stores.base import StoreError
+
+DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafePath(StoreError):
+    """A directory or the lock file is a symbolic link or not what it must be."""
+
+    code = "lifecycles.store_unsafe_path"
+
+
+class StoreMissing(StoreError):
+    """The store directory does not exist and the store was opened without ``create``."""
+
+    code = "lifecycles.store_missing"
+
+
+class UnfitEntry(Exception):
+    """A directory entry that cannot hold a record: ``rule`` names why, ``detail`` says it."""
+
+    def __init__(self, rule: str, detail: str) -> None:
+        super().__init__(f"{rule}: {detail}")
+        self.rule = rule
+        self.detail = detail
+
+
+def kind_of(mode: int) -> str:
+    """What an entry of this ``st_mode`` is, in words, when it is not a regular file."""
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def close_quietly_after(error: BaseException, fd: int) -> None:
+    """Close ``fd`` while ``error`` propagates; a failure to close becomes a note on it."""
+    try:
+        os.close(fd)
+    except OSError as close_error:
+        error.add_note(f"closing fd {fd} also failed: {close_error!r}")
+
+
+def unlink_after(error: BaseException, name: str, dir_fd: int) -> None:
+    """Remove ``name`` while ``error`` propagates; a failure to remove becomes a note on it."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    except OSError as cleanup_error:
+        error.add_note(f"removing {name} also failed: {cleanup_error!r}")
+
+
+def put_file(dir_fd: int, name: str, data: bytes) -> None:
+    """Atomically put ``data`` at ``name``: temp file, write, fsync, rename over ``name``.
+
+    Durable once the directory is synced (:func:`write_file` does both).
+    """
+    temp = f".{name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(temp, CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, 0o600)
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    except BaseException as error:
+        close_quietly_after(error, fd)
+        unlink_after(error, temp, dir_fd)
+        raise
+    try:
+        os.close(fd)
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException as error:
+        unlink_after(error, temp, dir_fd)
+        raise
+
+
+def write_file(dir_fd: int, name: str, data: bytes, *, fresh: bool = False) -> None:
+    """Atomically and durably put ``data`` at ``name``: temp, write, fsync, rename, fsync dir.
+
+    ``fresh`` says nothing was at ``name`` before: if the directory cannot be synced
+    after the rename, the new file is removed again, so a failed write of a new
+    name leaves nothing behind that was never acknowledged.
+    """
+    put_file(dir_fd, name, data)
+    try:
+        os.fsync(dir_fd)
+    except BaseException as error:
+        if fresh:
+            unlink_after(error, name, dir_fd)
+        raise
+
+
+def open_directory(
+    name: str, dir_fd: int | None, *, create: bool, check_mode: bool = True
+) -> int:
+    """Open (and if asked create, 0700) a directory without following a symbolic link.
+
+    ``check_mode`` (with ``create``) also tightens an existing directory to 0700.
+    """
+    try:
+        try:
+            fd = os.open(name, DIRECTORY_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            if not create:
+                raise
+            with contextlib.suppress(FileExistsError):  # a racing creator: the open checks
+                os.mkdir(name, 0o700, dir_fd=dir_fd)
+                check_mode = True  # made here: the umask may have taken bits off 0700
+            fd = os.open(name, DIRECTORY_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise StoreMissing(f"directory {name} does not exist") from None
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePath(f"{name} is a symbolic link or not a directory") from None
+        raise
+    if not (create and check_mode):
+        return fd
+    try:
+        make_owned_private(fd, 0o700)
+    except BaseException as error:
+        close_quietly_after(error, fd)
+        raise
+    return fd
+
+
+def make_owned_private(fd: int, mode: int) -> None:
+    """Set ``fd``'s mode to ``mode`` when it differs and this user owns the inode."""
+    info = os.fstat(fd)
+    if stat.S_IMODE(info.st_mode) != mode and info.st_uid == os.geteuid():
+        os.fchmod(fd, mode)
+
+
+def present(dir_fd: int, name: str) -> bool:
+    """Whether anything at all (a file, a link, a FIFO...) sits at ``name``."""
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def is_leftover(dir_fd: int, name: str) -> bool:
+    """Whether a temp-named entry is what a dead writer leaves: a regular file with
+    one link. Anything else (a directory, a FIFO, a link) was put there by someone
+    else under a look-alike name, and is left alone: never opened, never counted."""
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_nlink == 1
+
+
+def entry_problem(info: os.stat_result, max_bytes: int, noun: str) -> UnfitEntry | None:
+    """Why the entry ``info`` describes cannot hold a record (``None``: it may)."""
+    if not stat.S_ISREG(info.st_mode):
+        return UnfitEntry("record_is_regular_file", f"{noun} is {kind_of(info.st_mode)}")
+    if info.st_nlink > 1:
+        # Whoever holds the other name can change the content at will, and a chmod
+        # or rewrite in place would change their file: the store trusts and touches
+        # only files that it alone names.
+        return UnfitEntry(
+            "record_single_link",
+            f"{noun} has {info.st_nlink} hard links (another name shares its file)",
+        )
+    if info.st_size > max_bytes:
+        return UnfitEntry("record_size_bound", f"{noun} exceeds the durable size bound")
+    return None
+
+
+def read_entry(dir_fd: int, name: str, max_bytes: int, noun: str) -> bytes | None:
+    """The bytes of regular file ``name`` (``None`` if absent), at most ``max_bytes``.
+
+    Raises :class:`UnfitEntry` for anything that cannot hold a record. The entry's kind
+    is checked before it is opened (opening a socket fails, a FIFO can block, a device
+    can act), and the descriptor is checked again after the open.
+    """
+    try:
+        entry = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    problem = entry_problem(entry, max_bytes, noun)
+    if problem is not None:
+        raise problem
+    try:
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENXIO):  # swapped since the stat
+            raise UnfitEntry("record_is_regular_file", f"{noun} is not a regular file") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        problem = entry_problem(info, max_bytes, noun)
+        if (info.st_dev, info.st_ino) != (entry.st_dev, entry.st_ino):
+            problem = UnfitEntry("record_is_regular_file", f"{noun} changed while opened")
+        if problem is not None:
+            raise problem
+        chunks: list[bytes] = []
+        size = 0
+        while size <= max_bytes:
+            chunk = os.read(fd, max_bytes + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > max_bytes:
+            raise UnfitEntry("record_size_bound", f"{noun} exceeds the durable size bound")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def make_private(dir_fd: int, name: str) -> None:
+    """Make ``name`` 0600 when it is a regular file that this user owns and that no other
+    name shares: anything else (a link, a FIFO, a socket, a directory, a hard link to
+    someone's file, a file of another user) keeps its mode, since changing it would
+    change what is not ours."""
+    def ours(info: os.stat_result) -> bool:
+        return stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid == os.geteuid()
+
+    entry = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if not ours(entry) or stat.S_IMODE(entry.st_mode) == 0o600:
+        return
+    fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)  # a regular file: opening is inert
+    try:
+        info = os.fstat(fd)
+        if ours(info) and (info.st_dev, info.st_ino) == (entry.st_dev, entry.st_ino):
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+__all__ = [
+    "StoreMissing",
+    "UnfitEntry",
+    "UnsafePath",
+    "entry_problem",
+    "is_leftover",
+    "make_private",
+    "open_directory",
+    "present",
+    "put_file",
+    "read_entry",
+    "write_file",
+]
