@@ -23,8 +23,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-import attrs
-
 from lifecycles.invariants.core import FieldRule
 from lifecycles.invariants.outbox import (
     MAX_ERROR_LENGTH,
@@ -51,7 +49,17 @@ from lifecycles.invariants.outbox import (
     version_supported,
 )
 from lifecycles.machines.core import TransitionRefused
-from lifecycles.machines.outbox import CONFLICT, OUTBOX, OutboxInputs, replay_was_interrupted
+from lifecycles.machines.outbox import (
+    CONFLICT,
+    CONFLICT_REASON,
+    OUTBOX,
+    CopyFate,
+    OutboxInputs,
+    delivery_outcome,
+    identity_quarantined,
+    pending_copy_fate,
+    replay_was_interrupted,
+)
 from lifecycles.stores.base import StoreError
 from lifecycles.stores.files import (
     FilesLayout,
@@ -318,21 +326,21 @@ class CloseOutbox:
                 else:
                     message = corrupt_message(error)
                 raise OutboxCorruptError(message, rules=error.rules) from error
+            # The quarantine is listed only when no record answers (a rare call).
+            material = found is None and self.store.has_quarantined(entry_id)
+            if identity_quarantined(found, material):
+                raise OutboxCorruptError("run/transaction identity has quarantined outbox material")
             if found is None:
-                if self.store.has_quarantined(entry_id):
-                    raise _quarantined_identity()
                 self.store.insert(OUTBOX.create(new_record(request, _now())))
                 return EnqueueReceipt(entry_id, True, OutboxStatus.PENDING.value)
             inputs = OutboxInputs(_now(), intent_digest=request.intent_digest)
             try:
-                self.store.fire(found, "enqueue", inputs)
+                self.store.fire(found, "enqueue", inputs)  # the same intent: a row, no change
             except TransitionRefused as refused:
-                if refused.code == CONFLICT:
-                    raise OutboxConflictError(
-                        "run/transaction identity already has a different close intent",
-                        rules=(refused.guard or "same_intent",),
-                    ) from None
-                raise _quarantined_identity() from None
+                raise OutboxConflictError(
+                    "run/transaction identity already has a different close intent",
+                    rules=(refused.guard or "same_intent",),
+                ) from None
             return EnqueueReceipt(entry_id, False, found.state.value)
 
     def replay(
@@ -375,15 +383,12 @@ class CloseOutbox:
                     found = self.store.get(record.entry_id)  # delivered/ is searched first
                 except UntrustedRecord:
                     found = None  # material in delivered/ that is no record
-                if found is None or found.state != OutboxStatus.PENDING:
-                    if (
-                        found is not None
-                        and _is_tail_of_a_move(record, found)
-                        and self.store.discard_shadowed(record, pending)
-                    ):
-                        continue  # delivered by an earlier, interrupted replay
-                    reason = "pending entry conflicts with existing delivered material"
-                    self.store.fire(record, "quarantine", OutboxInputs(_now(), reason=reason))
+                fate = pending_copy_fate(record, found)
+                if fate is CopyFate.DISCARD and self.store.discard_shadowed(record, pending):
+                    continue  # delivered by an earlier, interrupted replay
+                if fate is not CopyFate.REPLAY:  # a conflict, or a copy changed meanwhile
+                    inputs = OutboxInputs(_now(), reason=CONFLICT_REASON)
+                    self.store.fire(record, "quarantine", inputs)
                     quarantined += 1
                     continue
                 interrupted = interrupted or replay_was_interrupted(record)
@@ -408,17 +413,17 @@ class CloseOutbox:
             try:
                 for record in trying:
                     attempted += 1
+                    failure: Exception | None = None
                     try:
                         deliver(request_of(record))
                     except Exception as exc:
-                        error_text = f"{type(exc).__name__}: close delivery failed"
-                        outcomes.append(
-                            (record, "fail_delivery", OutboxInputs(attempt.now, error=error_text))
-                        )
+                        failure = exc
+                    trigger, inputs = delivery_outcome(failure, attempt.now)
+                    outcomes.append((record, trigger, inputs))
+                    if failure is None:
+                        delivered += 1
+                    else:
                         failed += 1
-                        continue
-                    outcomes.append((record, "deliver", attempt))
-                    delivered += 1
             finally:
                 with self.store.transaction():
                     for record, trigger, inputs in outcomes:
@@ -440,22 +445,6 @@ class CloseOutbox:
         quarantines): an identity delivered is not pending."""
         with _translated_store_errors():
             return self.store.count(OutboxStatus.PENDING.value)
-
-
-def _is_tail_of_a_move(before: OutboxRecord, after: OutboxRecord) -> bool:
-    changed = {
-        field.name for field in attrs.fields(OutboxRecord)
-        if getattr(before, field.name) != getattr(after, field.name)
-    }
-    return any(
-        row.source == before.state and row.dest == after.state
-        and changed <= set(OUTBOX.writes(row))
-        for row in OUTBOX.rows
-    )
-
-
-def _quarantined_identity() -> OutboxCorruptError:
-    return OutboxCorruptError("run/transaction identity has quarantined outbox material")
 
 
 @contextmanager

@@ -15,6 +15,13 @@ Rules, in prose (the table below is the spec):
   Material that is not a record at all (truncated, not JSON, ...) cannot fire a row;
   the store moves it to the same quarantine directory with a reason file.
 
+What the facade cannot ask the table, it asks the named functions beside it (the
+auditor page lists them): which row a delivery attempt's outcome fires
+(:func:`delivery_outcome`), what becomes of a pending copy whose identity was
+delivered (:func:`pending_copy_fate`), whether an identity is refused for its
+quarantined material (:func:`identity_quarantined`), and whether a replay was
+interrupted (:func:`replay_was_interrupted`). The facade sequences I/O around them.
+
 Time enters as an input (an ISO timestamp with a timezone, or an aware ``datetime``);
 nothing here reads a clock.
 """
@@ -22,6 +29,7 @@ nothing here reads a clock.
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 import attrs
@@ -148,6 +156,76 @@ def record_quarantine_reason(r: Record, i: Inputs) -> Changes:
     return {"last_error": normalise_text(i.reason or "", MAX_REASON_LENGTH)}
 
 
+# --- logic beside the table ---------------------------------------------------------
+
+CONFLICT_REASON = "pending entry conflicts with existing delivered material"
+
+
+def delivery_outcome(failure: Exception | None, now: str) -> tuple[str, OutboxInputs]:
+    """The row a delivery attempt's outcome fires, and its inputs.
+
+    The deliver callback returned (``failure`` is ``None``): ``deliver``. It raised an
+    ``Exception``: ``fail_delivery`` with the error ``"<exception class name>: close
+    delivery failed"``, never the exception's message, which may hold secrets (the
+    reference's text; the effect bounds its length).
+    """
+    if failure is None:
+        return "deliver", OutboxInputs(now)
+    error = f"{type(failure).__name__}: close delivery failed"
+    return "fail_delivery", OutboxInputs(now, error=error)
+
+
+def is_tail_of_a_move(before: OutboxRecord, after: OutboxRecord) -> bool:
+    """``after`` is what some row of the table makes of ``before``: another status,
+    reached by a row from ``before``'s, and no field changed that the row does not
+    write. A copy of ``before`` found beside ``after`` is then the source of a move
+    that wrote its destination and was interrupted before it removed its source."""
+    changed = {
+        field.name for field in attrs.fields(OutboxRecord)
+        if getattr(before, field.name) != getattr(after, field.name)
+    }
+    return before.state != after.state and any(
+        row.source == before.state and row.dest == after.state
+        and changed <= set(OUTBOX.writes(row))
+        for row in OUTBOX.rows
+    )
+
+
+class CopyFate(StrEnum):
+    """What replay does with a pending record it listed."""
+
+    REPLAY = "replay"  # attempt its delivery
+    DISCARD = "discard"  # drop the copy: it is the tail of an interrupted move
+    QUARANTINE = "quarantine"  # fire quarantine with CONFLICT_REASON
+
+
+def pending_copy_fate(pending: OutboxRecord, found: OutboxRecord | None) -> CopyFate:
+    """What becomes of ``pending``, given what a lookup of its identity answers
+    (``delivered/`` is searched first; ``None``: what sits there is no record).
+
+    The lookup answers ``pending`` itself: nothing was delivered, replay it. It
+    answers a delivered record that :func:`is_tail_of_a_move` of ``pending``: an
+    earlier replay delivered it and stopped before removing this copy, discard it.
+    Anything else (untrusted material in ``delivered/``, a delivered record that no
+    row makes of this one) conflicts: quarantine it with :data:`CONFLICT_REASON`.
+    """
+    if found is not None and found.state == OutboxStatus.PENDING:
+        return CopyFate.REPLAY
+    if found is not None and is_tail_of_a_move(pending, found):
+        return CopyFate.DISCARD
+    return CopyFate.QUARANTINE
+
+
+def identity_quarantined(found: OutboxRecord | None, material_in_quarantine: bool) -> bool:
+    """``enqueue`` refuses an identity with quarantined material, whatever its intent:
+    its record was quarantined (no ``enqueue`` row leaves ``quarantined``), or, with no
+    record found, the quarantine holds material under its name (which may have been
+    its record: enqueueing it afresh could deliver an intent twice)."""
+    if found is None:
+        return material_in_quarantine
+    return found.state == OutboxStatus.QUARANTINED
+
+
 OUTBOX: Lifecycle[OutboxRecord, OutboxInputs] = Lifecycle(
     name="outbox",
     description=(
@@ -171,16 +249,26 @@ OUTBOX: Lifecycle[OutboxRecord, OutboxInputs] = Lifecycle(
         "delivered": "The deliver callback returned. Final.",
         "quarantined": "Set aside with a reason; never delivered automatically. Final.",
     },
+    beside_the_table=[
+        delivery_outcome, pending_copy_fate, is_tail_of_a_move, identity_quarantined,
+        replay_was_interrupted,
+    ],
 )
 
 __all__ = [
     "CONFLICT",
+    "CONFLICT_REASON",
     "OUTBOX",
     "RECORD_INVALID",
     "TABLE",
+    "CopyFate",
     "OutboxInputs",
     "OutboxRecord",
     "OutboxStatus",
+    "delivery_outcome",
+    "identity_quarantined",
+    "is_tail_of_a_move",
     "iso_timestamp",
+    "pending_copy_fate",
     "replay_was_interrupted",
 ]

@@ -10,7 +10,18 @@ import pytest
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.invariants.outbox import OutboxRecord, OutboxStatus, entry_id_for, intent_digest
 from lifecycles.machines.core import TransitionRefused
-from lifecycles.machines.outbox import CONFLICT, NOT_ALLOWED, OUTBOX, TABLE, OutboxInputs
+from lifecycles.machines.outbox import (
+    CONFLICT,
+    NOT_ALLOWED,
+    OUTBOX,
+    TABLE,
+    CopyFate,
+    OutboxInputs,
+    delivery_outcome,
+    identity_quarantined,
+    is_tail_of_a_move,
+    pending_copy_fate,
+)
 from lifecycles.registry import registered
 
 T0 = "2026-05-01T10:00:00+00:00"
@@ -179,3 +190,34 @@ def test_every_row_changes_only_the_fields_it_writes() -> None:
         }
         assert changed <= set(OUTBOX.writes(row)), row.label
         assert after.state.value == row.dest
+
+
+# --- the logic beside the table --------------------------------------------------------
+
+
+def test_a_delivery_outcome_fires_deliver_or_fail_delivery_without_the_message() -> None:
+    assert delivery_outcome(None, T1) == ("deliver", OutboxInputs(T1))
+    trigger, inputs = delivery_outcome(ConnectionError("secret token=abc"), T1)
+    assert (trigger, inputs.error) == ("fail_delivery", "ConnectionError: close delivery failed")
+    after = OUTBOX.fire(trigger, attempted(), inputs)
+    assert after.last_error == "ConnectionError: close delivery failed"
+
+
+def test_a_pending_copy_is_replayed_discarded_or_quarantined() -> None:
+    source = attempted()
+    assert pending_copy_fate(source, source) is CopyFate.REPLAY
+    assert pending_copy_fate(source, delivered()) is CopyFate.DISCARD
+    assert is_tail_of_a_move(source, delivered())
+    # a copy older than the delivered record's source (before its attempt): no row
+    # makes one of the other, so the two conflict
+    assert not is_tail_of_a_move(pending(), delivered())
+    assert pending_copy_fate(pending(), delivered()) is CopyFate.QUARANTINE
+    assert pending_copy_fate(source, None) is CopyFate.QUARANTINE  # untrusted material
+
+
+def test_an_identity_with_quarantined_material_is_refused() -> None:
+    assert identity_quarantined(quarantined(), material_in_quarantine=False)
+    assert identity_quarantined(None, material_in_quarantine=True)
+    assert not identity_quarantined(None, material_in_quarantine=False)
+    assert not identity_quarantined(pending(), material_in_quarantine=True)
+    assert not identity_quarantined(delivered(), material_in_quarantine=False)
