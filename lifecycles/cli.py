@@ -19,7 +19,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import NoReturn
+from typing import Any, NoReturn
 
 COMMAND_MODULES: tuple[str, ...] = (
     "lifecycles.cli_monitor",
@@ -55,6 +55,18 @@ class Parser(argparse.ArgumentParser):
 def exit_code_table(rows: Sequence[tuple[int, str]]) -> str:
     """The exit codes of a command, for its ``--help``."""
     return "exit codes:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in rows)
+
+
+def add_command(
+    subparsers: Any, name: str, summary: str, description: str | None,
+    exit_codes: Sequence[tuple[int, str]],
+) -> argparse.ArgumentParser:
+    """A (sub)command whose ``--help`` shows its description as written and its exit codes."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=summary, description=description, epilog=exit_code_table(exit_codes),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
 
 
 def report(error: CommandError, as_json: bool) -> int:

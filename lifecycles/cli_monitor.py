@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lifecycles.cli import CommandError, Parser, exit_code_table
+from lifecycles.cli import CommandError, Parser, add_command, exit_code_table
 from lifecycles.machines.monitor import CODE
 from lifecycles.monitor import (
     DurableTerminalProcessingMonitor,
@@ -77,13 +77,8 @@ _USAGE_CODES = set(_USAGE_HINTS)
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "monitor",
-        help="inspect a terminal-processing monitor database",
-        description=__doc__,
-        epilog=exit_code_table(EXIT_CODES),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "monitor", "inspect a terminal-processing monitor database",
+                         __doc__, EXIT_CODES)
     commands = parser.add_subparsers(dest="monitor_command", required=True, metavar="COMMAND")
     common = Parser(add_help=False)
     where = common.add_mutually_exclusive_group(required=True)

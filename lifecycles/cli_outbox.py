@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from lifecycles.cli import CommandError, exit_code_table
+from lifecycles.cli import CommandError, add_command
 from lifecycles.invariants.outbox import OutboxRecord
 from lifecycles.machines.outbox import OUTBOX
 from lifecycles.outbox import (
@@ -51,18 +51,12 @@ TRUSTED_DIRECTORIES = ("pending", "delivered")
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "outbox",
-        help="inspect a close outbox directory",
-        description=__doc__,
-        epilog=exit_code_table(EXIT_CODES),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "outbox", "inspect a close outbox directory", __doc__,
+                         EXIT_CODES)
     commands = parser.add_subparsers(dest="outbox_command", required=True, metavar="COMMAND")
-    status = commands.add_parser(
-        "status", help="counts, oldest pending intent, untrusted files, quarantine reasons",
-        description=__doc__, epilog=exit_code_table(EXIT_CODES),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    status = add_command(
+        commands, "status", "counts, oldest pending intent, untrusted files, quarantine reasons",
+        __doc__, EXIT_CODES,
     )
     status.add_argument(
         "--state-dir",
