@@ -413,7 +413,7 @@ class DurableTerminalProcessingMonitor:
                     "max_failures")
         if any(getattr(stored, name) != getattr(record, name) for name in identity):
             raise blocked(CODE + "idempotency_collision")
-        return self._stored_status(record.event_id, moment)
+        return _status_of(stored, moment)  # the record the store returned: no second read
 
     @staticmethod
     def _notification_record(

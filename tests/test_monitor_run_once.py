@@ -128,3 +128,17 @@ def test_run_once_reads_the_row_twice_and_checks_the_invariants_six_times(
     assert reads == ["e0"] * ROW_READS
     # Each transaction: the read, the transition, the compare-and-set write.
     assert len(checks) <= INVARIANT_CHECKS
+
+
+@pytest.mark.parametrize("index", [0, 7], ids=["repeated", "new"])
+def test_register_runs_one_transaction_and_nothing_after(
+    monitor: DurableTerminalProcessingMonitor, index: int
+) -> None:
+    """The status ``register`` returns is built from the record the store returned."""
+    returned: list[Any] = []
+    seen = traced(monitor, lambda: returned.append(
+        monitor.register(*notification(index), now=10)))
+    ours = [sql for sql in seen if not sql.startswith("--")]
+    assert [sql.split()[0] for sql in ours].count("BEGIN") == 1
+    assert ours[-1] == "COMMIT", "\n".join(ours)
+    assert returned[0] == monitor.status(f"e{index}", now=10)
