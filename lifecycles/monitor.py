@@ -409,10 +409,8 @@ class DurableTerminalProcessingMonitor:
             )
         with _public_errors(self.store), _unique_is_collision():
             stored = self.store.insert(MONITOR.create(record))
-        identity = ("notification_id", "site_id", "terminal_status", "notification_sha256",
-                    "max_failures")
-        if any(getattr(stored, name) != getattr(record, name) for name in identity):
-            raise blocked(CODE + "idempotency_collision")
+            if stored is not record:  # already registered: the table's register row decides
+                MONITOR.fire("register", stored, MonitorInputs(now=moment, registration=record))
         return _status_of(stored, moment)  # the record the store returned: no second read
 
     @staticmethod

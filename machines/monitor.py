@@ -2,7 +2,9 @@
 
 Rules, in prose (the table below is the spec):
 
-* ``register`` creates an item in ``pending``, due at once.
+* ``register`` creates an item in ``pending``, due at once. Registering the very same
+  notification again is a row that changes nothing, from any status; a different one
+  under the same event id is refused by ``same_registration``: ``idempotency_collision``.
 * ``claim`` leases a due item (``pending``, ``watching``, ``retry_wait``) to one worker.
 * A lease that outlives its expiry is recovered by ``expire_lease``: the item counts a
   failure and waits to be retried at once, or fails once its failures are spent.
@@ -67,6 +69,19 @@ TABLE: list[dict[str, Any]] = [
     {"trigger": "fail_attempt", "source": "leased", "dest": "failed",
      "conditions": ["lease_is_held", "lease_is_live"], "unless": ["retry_is_allowed"],
      "after": "record_final_failure"},
+    # Registering the very same notification again changes nothing, in any status.
+    {"trigger": "register", "source": "pending", "dest": "pending",
+     "conditions": ["same_registration"]},
+    {"trigger": "register", "source": "leased", "dest": "leased",
+     "conditions": ["same_registration"]},
+    {"trigger": "register", "source": "watching", "dest": "watching",
+     "conditions": ["same_registration"]},
+    {"trigger": "register", "source": "retry_wait", "dest": "retry_wait",
+     "conditions": ["same_registration"]},
+    {"trigger": "register", "source": "succeeded", "dest": "succeeded",
+     "conditions": ["same_registration"]},
+    {"trigger": "register", "source": "failed", "dest": "failed",
+     "conditions": ["same_registration"]},
 ]
 
 
@@ -117,6 +132,7 @@ class MonitorInputs:
     answer: ReceiverAnswer | None = None
     error_code: str | None = None
     retryable: bool = False
+    registration: MonitorRecord | None = None
 
 
 # --- logic beside the table --------------------------------------------------
@@ -328,6 +344,19 @@ def new_record(
 
 Record = MonitorRecord
 Inputs = MonitorInputs
+# What makes a registration the same one (the reference compares these columns).
+REGISTRATION_IDENTITY = (
+    "notification_id", "site_id", "terminal_status", "notification_sha256", "max_failures",
+)
+
+
+@guard(refusal_code=CODE + "idempotency_collision")
+def same_registration(r: Record, i: Inputs) -> bool:
+    """The notification registered again is the stored one (ids, status, digest, max_failures)."""
+    new = i.registration
+    return new is not None and all(
+        getattr(new, name) == getattr(r, name) for name in REGISTRATION_IDENTITY
+    )
 
 
 @guard(refusal_code=CODE + "claim_lost")
@@ -503,7 +532,7 @@ MONITOR: Lifecycle[MonitorRecord, MonitorInputs] = Lifecycle(
     final=[MonitorStatus.SUCCEEDED, MonitorStatus.FAILED],
     creation="register",
     guards=[
-        poll_is_due, failures_remain, lease_has_expired, another_failure_allowed,
+        same_registration, poll_is_due, failures_remain, lease_has_expired, another_failure_allowed,
         lease_is_held, lease_is_live, retry_is_allowed,
     ],
     effects=[

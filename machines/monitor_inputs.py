@@ -133,6 +133,17 @@ def claim_inputs(r: MonitorRecord) -> list[MonitorInputs]:
     ]
 
 
+def register_inputs(r: MonitorRecord) -> list[MonitorInputs]:
+    """The same notification registered again, then another under the same event id."""
+    same = new_record(
+        event_id=r.event_id, notification_id=r.notification_id, site_id=r.site_id,
+        terminal_status=r.terminal_status, notification_sha256=r.notification_sha256,
+        max_failures=r.max_failures, now=r.updated_at,
+    )
+    other = attrs.evolve(same, notification_id="ntf-other")
+    return [MonitorInputs(now=r.updated_at, registration=new) for new in (same, other)]
+
+
 def expiry_inputs(r: MonitorRecord) -> list[MonitorInputs]:
     times = near(r.updated_at, r.lease_expires_at)
     return [MonitorInputs(now=now, policy=POLICY) for now in times]
@@ -356,6 +367,8 @@ def monitor_exploration(complete: Completer = _complete) -> Exploration[MonitorR
         )
 
     moves: Sequence[Move[MonitorRecord, Any]] = (
+        trigger_move("register", register_inputs,
+                     meaning="the same event id is registered again"),
         trigger_move("claim", claim_inputs, strategy=strategy_in(STRATEGIES, "claim_strategy"),
                      describe=_describe_timed, meaning="a worker leases the item"),
         trigger_move("expire_lease", expiry_inputs,

@@ -111,7 +111,7 @@ ALLOWED = {(row["trigger"], source) for row in TABLE for source in _table_source
 TRIGGERS = list(dict.fromkeys(row["trigger"] for row in TABLE))
 REFUSED_PAIRS = [
     (trigger, status)
-    for trigger in [*TRIGGERS, "register", "no_such_trigger"]
+    for trigger in dict.fromkeys([*TRIGGERS, "register", "no_such_trigger"])
     for status in MonitorStatus
     if (trigger, status.value) not in ALLOWED
 ]
@@ -125,9 +125,10 @@ def test_every_status_has_a_record_built_by_real_transitions() -> None:
 
 
 def test_the_refused_pairs_cover_the_whole_grid() -> None:
-    # 6 table triggers and 2 outside the table, on 6 statuses, less the 8 allowed pairs.
-    assert len(ALLOWED) == 8
-    assert len(REFUSED_PAIRS) == 8 * 6 - 8
+    # 7 table triggers (register now among them) and 1 outside the table, on 6 statuses,
+    # less the 14 allowed pairs (8 that move a record, 6 re-registrations that do not).
+    assert len(ALLOWED) == 14
+    assert len(REFUSED_PAIRS) == 8 * 6 - 14
 
 
 @pytest.mark.parametrize(
@@ -460,8 +461,8 @@ def test_derived_sets_match_the_reference_statuses() -> None:
     }
     assert MONITOR.leased == MonitorStatus.LEASED
     assert MONITOR.final == {MonitorStatus.SUCCEEDED, MonitorStatus.FAILED}
-    for status in MONITOR.final:
-        assert MONITOR.allowed_triggers(status) == ()
+    for status in MONITOR.final:  # only the re-registration that changes nothing
+        assert MONITOR.allowed_triggers(status) == ("register",)
     assert MONITOR.sources("expire_lease") == {MonitorStatus.LEASED}
     assert MONITOR.dests("expire_lease") == {MonitorStatus.RETRY_WAIT, MonitorStatus.FAILED}
     assert MONITOR.dests("fail_attempt") == {MonitorStatus.RETRY_WAIT, MonitorStatus.FAILED}
