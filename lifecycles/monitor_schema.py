@@ -169,34 +169,3 @@ def open_monitor_store(connection: Any, capabilities_sha256: str) -> SQLStore[Mo
         return PostgresStore(MONITOR, connection, schema)
     raise TypeError("connection must be sqlite3.Connection")
 
-
-# --- deprecated spellings, served by stores/sqlite.py and stores/postgres.py --------
-
-
-def legacy_monitor_schema(
-    lifecycle: Lifecycle[Any, Any], capabilities_sha256: str
-) -> MonitorSchema:
-    """``lifecycles.stores.sqlite.MonitorSchema(lifecycle, capabilities)``, as it was called."""
-    return MonitorSchema(capabilities_sha256, lifecycle)
-
-
-class _LegacyPostgresMonitorSchema:
-    """``lifecycles.stores.postgres.PostgresMonitorSchema``: its DDL constants, rendered."""
-
-    def __call__(self, lifecycle: Lifecycle[Any, Any], capabilities_sha256: str) -> MonitorSchema:
-        return MonitorSchema(capabilities_sha256, lifecycle)
-
-    @property
-    def CREATE_TABLE(self) -> str:  # the old constant's name
-        from lifecycles.stores.postgres import PostgresDialect
-
-        return render("create_table", PostgresDialect())
-
-    @property
-    def CREATE_INDEX(self) -> str:  # the old constant's name
-        from lifecycles.stores.postgres import PostgresDialect
-
-        return PostgresDialect().create_indexes(MonitorSchema("0" * 64))[0]
-
-
-legacy_postgres_monitor_schema = _LegacyPostgresMonitorSchema()

@@ -283,15 +283,3 @@ class PostgresStore(SQLStore[R]):
             return SchemaMismatch(str(error), code=self.schema.error("schema_altered"))
         return StoreDamaged(str(error), code=self.schema.error("database_integrity"))
 
-
-def __getattr__(name: str) -> Any:
-    """Deprecated: ``PostgresMonitorSchema`` moved to :mod:`lifecycles.monitor_schema`.
-
-    Kept, imported only when asked for, until the callers outside ``stores/`` that still
-    name it here (tests/test_monitor_hardening.py) import it from there; then delete.
-    """
-    if name == "PostgresMonitorSchema":
-        import lifecycles.monitor_schema  # the monitor's module, never imported eagerly
-
-        return lifecycles.monitor_schema.legacy_postgres_monitor_schema
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

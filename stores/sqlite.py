@@ -199,15 +199,3 @@ class SQLiteStore(SQLStore[R]):
         rows = [row[0] for row in self.run("PRAGMA quick_check")]
         return [] if rows == ["ok"] else rows
 
-
-def __getattr__(name: str) -> Any:
-    """Deprecated: ``MonitorSchema`` moved to :mod:`lifecycles.monitor_schema`.
-
-    Kept, imported only when asked for, until the callers outside ``stores/`` that still
-    name it here (tests/test_stateful_monitor.py) import it from there; then delete.
-    """
-    if name == "MonitorSchema":
-        import lifecycles.monitor_schema  # the monitor's module, never imported eagerly
-
-        return lifecycles.monitor_schema.legacy_monitor_schema
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

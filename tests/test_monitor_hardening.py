@@ -204,11 +204,14 @@ POSTGRES_CHANGES: dict[str, list[str]] = {
 
 
 def plant_postgres(other: Any, change: str) -> None:
-    from lifecycles.stores.postgres import PostgresMonitorSchema
+    from lifecycles.monitor_schema import MonitorSchema, render
+    from lifecycles.stores.postgres import PostgresDialect
 
     statements = list(POSTGRES_CHANGES[change])
     if change == "recreate_table":
-        statements += [PostgresMonitorSchema.CREATE_TABLE, PostgresMonitorSchema.CREATE_INDEX]
+        dialect = PostgresDialect()
+        statements += [render("create_table", dialect),
+                       *dialect.create_indexes(MonitorSchema(CAPABILITIES))]
     with other.transaction():
         for statement in statements:
             other.execute(statement)

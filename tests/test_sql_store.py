@@ -25,9 +25,6 @@ from lifecycles.stores.sqlite import SQLiteDialect, SQLiteStore
 
 STORES = Path(__file__).resolve().parents[1] / "stores"
 
-# Deprecated aliases kept for callers outside stores/ (see their docstrings): the only
-# place a store module may name the monitor's schema module, and only lazily.
-DEPRECATED_LAZY = {"lifecycles.monitor_schema"}
 
 
 def lifecycle_modules() -> set[str]:
@@ -40,23 +37,17 @@ def lifecycle_modules() -> set[str]:
     return modules
 
 
-def imports_of(path: Path) -> list[tuple[str, bool]]:
-    """(module, lazy) for each import in ``path``; lazy when inside ``__getattr__``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    lazy_nodes = {
-        id(node)
-        for function in ast.walk(tree)
-        if isinstance(function, ast.FunctionDef) and function.name == "__getattr__"
-        for node in ast.walk(function)
-    }
-    found: list[tuple[str, bool]] = []
-    for node in ast.walk(tree):
+def imports_of(path: Path) -> list[str]:
+    """Every module an import in ``path`` names, wherever the import stands (a lazy import
+    inside a function counts too)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found += [(alias.name, id(node) in lazy_nodes) for alias in node.names]
+            found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
-            found += [(node.module, id(node) in lazy_nodes)]
+            found.append(node.module)
             # `from lifecycles import monitor` names the module in the alias.
-            found += [(f"{node.module}.{a.name}", id(node) in lazy_nodes) for a in node.names]
+            found += [f"{node.module}.{a.name}" for a in node.names]
     return found
 
 
@@ -65,9 +56,8 @@ def test_stores_import_no_particular_lifecycle() -> None:
     offences = [
         f"{path.relative_to(STORES.parent)} imports {module}"
         for path in sorted(STORES.rglob("*.py"))
-        for module, lazy in imports_of(path)
+        for module in imports_of(path)
         if any(module == s or (s.endswith("_") and module.startswith(s)) for s in specific)
-        and not (lazy and module in DEPRECATED_LAZY)
     ]
     assert offences == []
 
@@ -78,8 +68,8 @@ def test_the_import_check_sees_what_it_looks_for(tmp_path: Path) -> None:
         "from lifecycles.machines.monitor import MONITOR\n"
         "def __getattr__(name):\n    import lifecycles.monitor_schema\n"
     )
-    assert imports_of(planted)[:1] == [("lifecycles.machines.monitor", False)]
-    assert ("lifecycles.monitor_schema", True) in imports_of(planted)
+    assert imports_of(planted)[:1] == ["lifecycles.machines.monitor"]
+    assert "lifecycles.monitor_schema" in imports_of(planted)
     assert "lifecycles.machines.monitor" in lifecycle_modules()
 
 

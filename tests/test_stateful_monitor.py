@@ -15,8 +15,9 @@ from pathlib import Path
 from lifecycles.invariants.monitor import MonitorRecord
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor_inputs import CAPABILITIES_SHA256
+from lifecycles.monitor_schema import MonitorSchema
 from lifecycles.stores.memory import MemoryStore
-from lifecycles.stores.sqlite import MonitorSchema, SQLiteStore
+from lifecycles.stores.sqlite import SQLiteStore
 from lifecycles.testing import build_state_machine
 
 _DATABASES = tempfile.TemporaryDirectory(prefix="lifecycles-stateful-")
@@ -37,7 +38,7 @@ def sqlite_store() -> SQLiteStore[MonitorRecord]:
     path = Path(_DATABASES.name) / f"monitor-{next(_NUMBERS)}.sqlite3"
     connection = sqlite3.connect(path)
     connection.execute("PRAGMA synchronous = OFF")
-    return SQLiteStore(MONITOR, connection, MonitorSchema(MONITOR, CAPABILITIES_SHA256))
+    return SQLiteStore(MONITOR, connection, MonitorSchema(CAPABILITIES_SHA256, MONITOR))
 
 
 def close_sqlite(store: SQLiteStore[MonitorRecord]) -> None:
