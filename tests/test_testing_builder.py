@@ -25,9 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFECT_MODULE = ROOT / "examples" / "monitor_defect.py"
 
 # Bounded and derandomized: these tests assert that a bug is found, every time.
-# Six steps are enough for every bug below (create, claim, one more); no explain phase.
+# Ten steps reach every row, the repeated registration in each status included (create,
+# claim, one more find every bug below); no explain phase.
 FINDING = settings(
-    max_examples=100, stateful_step_count=6, deadline=None, derandomize=True, database=None,
+    max_examples=100, stateful_step_count=10, deadline=None, derandomize=True, database=None,
     suppress_health_check=[HealthCheck.too_slow], print_blob=False,
     phases=[Phase.generate, Phase.shrink],
 )
@@ -66,7 +67,9 @@ def test_the_generated_test_finds_the_reference_defect_with_a_short_trace() -> N
 
 def test_the_fixed_monitor_passes_the_same_run() -> None:
     machine = build_state_machine(EXPLORATION, memory_store, record_coverage=False)
-    run_state_machine_as_test(machine, settings=FINDING)
+    # More examples than finding a bug needs: every row must fire, the repeated
+    # registration out of each of the six statuses included.
+    run_state_machine_as_test(machine, settings=settings(FINDING, max_examples=300))
     coverage = coverage_of(machine)
     assert coverage.unfired_rows == []
     assert coverage.guard_outcomes["lease_is_held"][True] > 0
