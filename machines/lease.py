@@ -21,8 +21,9 @@ One claim, in one store transaction:
    spent), it is passed over and the next due record is asked for: a refused
    candidate never blocks the records behind it, and is never written.
 
-Properties (checked by tests/test_lease_protocol.py and the conformance suite; the
-checker explores them with several workers on the memory store):
+Properties (checked by tests/test_lease_protocol.py and, on every store, by the
+conformance suite; exploring them with several interleaved workers is the checker's
+next step):
 
 * **At most one live lease per record.** Only a claimable record is claimed, and
   the leased status is not claimable; a record leaves the leased status only by a
