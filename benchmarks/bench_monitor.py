@@ -26,8 +26,8 @@ os.environ.setdefault(
     "LIFECYCLES_SEEDS", str(Path(__file__).resolve().parents[2] / "shared" / "seeds")
 )
 
-from monitor_support import CAPABILITIES, answer, notification
-from reference import load_reference
+from support.monitor import CAPABILITIES, answer, notification
+from support.reference import load_reference
 
 import lifecycles.monitor as lifecycles_monitor
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record

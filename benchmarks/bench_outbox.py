@@ -50,8 +50,8 @@ os.environ.setdefault(
     "LIFECYCLES_SEEDS", str(Path(__file__).resolve().parents[2] / "shared" / "seeds")
 )
 
-from outbox_support import entry_id_of
-from reference import load_reference
+from support.outbox import entry_id_of
+from support.reference import load_reference
 
 import lifecycles.outbox as lifecycles_outbox
 

@@ -10,7 +10,7 @@ synchronous=FULL) and on PostgreSQL (``--dsn``, default ``$LIFECYCLES_TEST_POSTG
 in a throw-away schema). One process reads so slowly that its leases expire and are
 recovered by others; it is SIGKILLed mid-lease and replaced. Every lease grant is
 audited in the claim's own transaction, and the whole history is then checked as in
-tests/test_stress.py (no shared lease, no lost item, no stale completion accepted).
+tests/stores/test_stress.py (no shared lease, no lost item, no stale completion accepted).
 
 Throughput is accepted completions (claim + complete cycles) per second of wall time,
 from the workers' start until every item is final; it includes the slow process, the
@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from postgres_support import create_schema, drop_schema
-from stress_worker import StressResult, Target, run
+from support.postgres import create_schema, drop_schema
+from support.stress_worker import StressResult, Target, run
 
 DSN_VARIABLE = "LIFECYCLES_TEST_POSTGRES_DSN"
 

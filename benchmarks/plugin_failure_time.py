@@ -2,7 +2,7 @@
 
     python benchmarks/plugin_failure_time.py [--runs N] [--profile ci|deep] [--explain]
 
-Writes the suite of ``tests/test_plugin_failure.py`` (document review whose ``resubmit``
+Writes the suite of ``tests/tools/test_plugin_failure.py`` (document review whose ``resubmit``
 effect keeps the last decision, breaking ``decision_matches_status``) into a temporary
 directory with no conftest, runs ``python -m pytest`` on it (the plugin loads the
 profile), and prints the wall time of each run. ``--explain`` passes
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def planted_suite() -> str:
-    path = ROOT / "tests" / "test_plugin_failure.py"
+    path = ROOT / "tests" / "tools" / "test_plugin_failure.py"
     spec = importlib.util.spec_from_file_location("plugin_failure_suite", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

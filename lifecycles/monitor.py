@@ -12,7 +12,7 @@ answer whose resulting record would break any invariant (for example
 ``terminal_processing_monitor.response_invalid`` instead of being stored and then
 blocking every later call with ``state_invalid``. The other deliberate differences
 (stricter reading, hostile input refused, database errors mapped to codes) are each
-pinned by a test in ``tests/test_monitor_differences.py``.
+pinned by a test in ``tests/monitor/test_monitor_differences.py``.
 
 Every call checks, with one cheap query, that no other connection changed the schema
 or the meta row since the monitor verified them (``schema_altered``), and no driver

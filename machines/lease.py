@@ -21,7 +21,7 @@ One claim, in one store transaction:
    spent), it is passed over and the next due record is asked for: a refused
    candidate never blocks the records behind it, and is never written.
 
-Properties (checked by tests/test_lease_protocol.py and, on every store, by the
+Properties (checked by tests/engine/test_lease_protocol.py and, on every store, by the
 conformance suite; exploring them with several interleaved workers is the checker's
 next step):
 

@@ -29,7 +29,7 @@ token by their presence; and ``poll_attempts`` by ``min(poll_attempts, max_failu
 because no guard reads it and the one invariant that does (``poll_attempts >=
 failures``) can no longer fail once it reaches ``max_failures``. Guards compare times
 only with ``now``, and every ``now`` the moves use is placed relative to the record's
-own times, so the abstraction loses no behaviour; ``tests/test_checker.py`` checks
+own times, so the abstraction loses no behaviour; ``tests/tools/test_checker.py`` checks
 that a search with exact time offsets reaches no abstract state this one misses.
 
 The generated tests draw wider inputs than these bounds (any time, other workers and

@@ -1,0 +1,372 @@
+"""lifecycles' monitor against the reference: the same answers to the same calls, and one
+database file continued by either implementation.
+
+The reference is imported from $LIFECYCLES_SEEDS (never copied). Answers that trigger the
+reference's known defect are left to test_monitor_facade.py, where the fix is asserted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.monitor import CAPABILITIES, ReaderError, answer, notification
+from support.reference import require_reference
+
+import lifecycles.monitor as lifecycles_monitor
+
+reference = require_reference("terminal_processing_monitor")
+CODE = "terminal_processing_monitor."
+IMPLEMENTATIONS = {"reference": reference, "lifecycles": lifecycles_monitor}
+
+ANSWER_KINDS = ("succeeded", "failed", "pending", "leased", "retry_wait")
+READER_FAILURES = {
+    "retryable": lambda: ReaderError("cms.timeout", True),
+    "final": lambda: ReaderError("cms.denied", False),
+    "uncoded": lambda: RuntimeError("boom"),
+    "not_cms": lambda: ReaderError("cms.timeout", True, cms=False),
+}
+INVALID_ANSWERS: dict[str, Callable[[str, str], Any]] = {
+    "wrong_schema": lambda e, s: answer(e, s, "pending", schema="other"),
+    "wrong_caps": lambda e, s: answer(e, s, "pending", capabilities_sha256="f" * 64),
+    "bad_attempts": lambda e, s: answer(e, s, "pending", attempts=5, max_attempts=3),
+    "not_mapping": lambda e, s: ["pending"],
+}
+
+
+def reader_for(kind: str) -> Callable[[str, str], Any]:
+    if kind in READER_FAILURES:
+        failure = READER_FAILURES[kind]
+
+        def failing(event_id: str, site_id: str) -> Any:
+            raise failure()
+
+        return failing
+    if kind in INVALID_ANSWERS:
+        return INVALID_ANSWERS[kind]
+    return lambda event_id, site_id: answer(event_id, site_id, kind)
+
+
+def masked(value: Any) -> Any:
+    """A comparable view of a result: rows as dicts without the random lease token."""
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    if hasattr(value, "keys") and not isinstance(value, dict):
+        # Rows iterate over values, like sqlite3.Row: keys() is the only way to the names.
+        return {k: value[k] for k in value.keys() if k != "lease_token"}  # noqa: SIM118
+    return value
+
+
+def call(monitor: Any, operation: tuple[Any, ...]) -> Any:
+    """Apply one operation; an error becomes its code so both sides compare."""
+    name, now, *arguments = operation
+    try:
+        if name == "register":
+            index, max_failures = arguments
+            return monitor.register(*notification(index), max_failures=max_failures, now=now)
+        if name == "claim":
+            worker, lease = arguments
+            return masked(monitor.claim(worker, now=now, lease_seconds=lease))
+        if name == "run_once":
+            kind, worker, lease = arguments
+            return monitor.run_once(reader_for(kind), worker, now=now, lease_seconds=lease)
+        if name == "status":
+            return monitor.status(f"e{arguments[0]}", now=now)
+        if name == "health":
+            return monitor.health(now=now)
+    except Exception as error:  # both sides raise their own class: compare the code
+        blocked = (
+            reference.TerminalProcessingMonitorBlocked,
+            lifecycles_monitor.TerminalProcessingMonitorBlocked,
+        )
+        kind = "blocked" if isinstance(error, blocked) else type(error).__name__
+        return ("error", kind, getattr(error, "code", str(error)))
+    raise AssertionError(name)
+
+
+def as_tuple(value: Any) -> Any:
+    """Dataclass results of either module compare by their fields, in order."""
+    fields = getattr(value, "__dataclass_fields__", None)
+    if fields is None:
+        return value
+    return (type(value).__name__, *(getattr(value, name) for name in fields))
+
+
+def dump(connection: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    rows = connection.execute("SELECT * FROM cms_source_terminal_processing ORDER BY event_id")
+    names = [column[0] for column in rows.description]
+    token = names.index("lease_token")
+    return [tuple(v for i, v in enumerate(row) if i != token) for row in rows]
+
+
+workers = st.sampled_from(["w1", "w2"])
+leases = st.sampled_from([10, 600])
+operations = st.one_of(
+    st.tuples(st.just("register"), st.integers(0, 4), st.integers(1, 3)),
+    st.tuples(st.just("claim"), workers, leases),
+    st.tuples(
+        st.just("run_once"),
+        st.sampled_from([*ANSWER_KINDS, *READER_FAILURES, *INVALID_ANSWERS]),
+        workers,
+        leases,
+    ),
+    st.tuples(st.just("status"), st.integers(0, 4)),
+    st.tuples(st.just("health")),
+)
+steps = st.lists(
+    st.tuples(st.sampled_from([0, 1, 5, 11, 40, 700]), operations), min_size=1, max_size=40
+)
+
+
+@settings(max_examples=150)
+@given(steps)
+def test_lifecycles_answers_every_call_exactly_as_the_reference(
+    sequence: list[tuple[int, tuple[Any, ...]]],
+) -> None:
+    monitors = {
+        name: module.DurableTerminalProcessingMonitor(sqlite3.connect(":memory:"), CAPABILITIES)
+        for name, module in IMPLEMENTATIONS.items()
+    }
+    now = 100
+    for step, (elapsed, operation) in enumerate(sequence):
+        now += elapsed
+        results = {
+            name: as_tuple(call(monitor, (operation[0], now, *operation[1:])))
+            for name, monitor in monitors.items()
+        }
+        assert results["lifecycles"] == results["reference"], (step, operation)
+    assert dump(monitors["lifecycles"].connection) == dump(monitors["reference"].connection)
+
+
+def populate(module: ModuleType, path: Path) -> None:
+    """Leave one item in every status, written by ``module``."""
+    monitor = module.DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
+    for index in range(6):
+        monitor.register(*notification(index), max_failures=2, now=100)
+    kinds = ["succeeded", "failed", "pending", "retryable"]
+    for kind in kinds:
+        monitor.run_once(reader_for(kind), "w1", now=110, lease_seconds=600)
+    monitor.claim("w2", now=112, lease_seconds=300)  # e3 waits until 115: e4 is leased
+    monitor.connection.close()
+
+
+def continue_with(module: ModuleType, path: Path) -> list[Any]:
+    """Open ``path`` with ``module`` and drive it through every kind of step."""
+    monitor = module.DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
+    seen: list[Any] = [as_tuple(monitor.status(f"e{i}", now=130)) for i in range(6)]
+    seen.append(as_tuple(monitor.health(now=130)))
+    for now, kind in [(200, "succeeded"), (500, "final"), (900, "leased"), (2000, "failed")]:
+        seen.append(as_tuple(call(monitor, ("run_once", now, kind, "w3", 600))))
+    seen.append(as_tuple(monitor.health(now=5000)))
+    seen.extend(as_tuple(monitor.status(f"e{i}", now=5000)) for i in range(6))
+    seen.append(dump(monitor.connection))
+    return seen
+
+
+@pytest.mark.parametrize("writer", ["reference", "lifecycles"])
+def test_a_database_written_by_either_is_continued_identically_by_both(
+    tmp_path: Path, writer: str
+) -> None:
+    original = tmp_path / "written.db"
+    populate(IMPLEMENTATIONS[writer], original)
+    continued = {}
+    for name, module in IMPLEMENTATIONS.items():
+        copy = tmp_path / f"{name}.db"
+        shutil.copy(original, copy)
+        continued[name] = continue_with(module, copy)
+    assert continued["lifecycles"] == continued["reference"]
+    statuses = {status[5] for status in continued["lifecycles"][:6]}
+    assert statuses == {"succeeded", "failed", "watching", "retry_wait", "leased", "pending"}
+
+
+def test_both_create_the_same_schema(tmp_path: Path) -> None:
+    schemas = {}
+    for name, module in IMPLEMENTATIONS.items():
+        connection = sqlite3.connect(tmp_path / f"{name}.db")
+        module.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
+        schemas[name] = {
+            table: [tuple(c) for c in connection.execute(f"PRAGMA table_info({table})")]
+            for (table,) in connection.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            )
+        }
+        schemas[name]["indexes"] = [
+            tuple(row) for row in connection.execute(
+                "SELECT name, tbl_name FROM sqlite_master WHERE type = 'index' ORDER BY name"
+            )
+        ]
+    assert schemas["lifecycles"] == schemas["reference"]
+
+
+def test_public_names_match_the_reference() -> None:
+    for name in (
+        "SCHEMA_VERSION", "STATUS_SCHEMA", "NOTIFICATION_SCHEMA", "NOTIFICATION_FIELDS",
+        "STATUSES", "REMOTE_STATUSES", "TERMINAL_STATUSES",
+    ):
+        assert getattr(lifecycles_monitor, name) == getattr(reference, name), name
+    for name in (
+        "TerminalProcessingStatus", "TerminalProcessingOutcome", "TerminalProcessingHealth"
+    ):
+        ours = list(getattr(lifecycles_monitor, name).__dataclass_fields__)
+        theirs = list(getattr(reference, name).__dataclass_fields__)
+        assert ours == theirs, name
+    import inspect
+
+    for method in ("__init__", "register", "claim", "run_once", "status", "health"):
+        ours_sig = inspect.signature(getattr(lifecycles_monitor.DurableTerminalProcessingMonitor,
+                                             method))
+        theirs_sig = inspect.signature(getattr(reference.DurableTerminalProcessingMonitor, method))
+        assert list(ours_sig.parameters) == list(theirs_sig.parameters), method
+        assert [p.default for p in ours_sig.parameters.values()] == [
+            p.default for p in theirs_sig.parameters.values()
+        ], method
+
+
+@settings(max_examples=60)
+@given(steps, st.lists(st.booleans(), min_size=40, max_size=40))
+def test_one_database_shared_by_both_implementations_behaves_like_the_reference_alone(
+    sequence: list[tuple[int, tuple[Any, ...]]], use_lifecycles: list[bool]
+) -> None:
+    """Each step is served by either implementation on one shared file; the answers and
+    the final rows equal those of the reference serving every step on its own file."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        shared_path, alone_path = Path(directory, "shared.db"), Path(directory, "alone.db")
+        shared = {
+            name: module.DurableTerminalProcessingMonitor(
+                sqlite3.connect(shared_path), CAPABILITIES
+            )
+            for name, module in IMPLEMENTATIONS.items()
+        }
+        alone = reference.DurableTerminalProcessingMonitor(
+            sqlite3.connect(alone_path), CAPABILITIES
+        )
+        now = 100
+        for step, ((elapsed, operation), ours) in enumerate(
+            zip(sequence, use_lifecycles, strict=False)
+        ):
+            now += elapsed
+            concrete = (operation[0], now, *operation[1:])
+            served = shared["lifecycles" if ours else "reference"]
+            got, expected = as_tuple(call(served, concrete)), as_tuple(call(alone, concrete))
+            assert got == expected, (step, operation, "lifecycles" if ours else "reference")
+        assert dump(shared["reference"].connection) == dump(alone.connection)
+
+
+# --- the database changed under an open monitor --------------------------------------
+# Another connection changes the schema or the meta row after both monitors opened; each
+# implementation gets the same change on its own file and must answer the next call of
+# every public method as the reference does, and leave the same rows. Dropping the meta
+# table (or replacing it with a version-1 one) crashes the reference with a raw
+# sqlite3.OperationalError: that difference is pinned in test_monitor_differences.py.
+
+TABLE, META = "cms_source_terminal_processing", "cms_source_terminal_processing_meta"
+SCHEMA_CHANGES: dict[str, list[str]] = {
+    "add_column": [f"ALTER TABLE {TABLE} ADD COLUMN extra TEXT"],
+    "rename_column": [f"ALTER TABLE {TABLE} RENAME COLUMN site_id TO site"],
+    "drop_table": [f"DROP TABLE {TABLE}"],
+    "rename_table": [f"ALTER TABLE {TABLE} RENAME TO {TABLE}_old"],
+    "recreate_table_identical": [],  # the table's own CREATE statements, read from the file
+    "delete_meta_row": [f"DELETE FROM {META}"],
+    "rewrite_meta_version": ["PRAGMA ignore_check_constraints = ON",
+                             f"UPDATE {META} SET schema_version = 3"],
+    "rewrite_capabilities": [f"UPDATE {META} SET expected_capabilities_sha256 = '{'e' * 64}'"],
+}
+NEXT_CALLS: dict[str, tuple[Any, ...]] = {
+    "register": ("register", 200, 5, 3),
+    "claim": ("claim", 200, "w1", 600),
+    "run_once": ("run_once", 200, "succeeded", "w1", 600),
+    "status": ("status", 200, 0),
+    "health": ("health", 200),
+}
+
+
+def plant(path: Path, statements: list[str]) -> None:
+    """Run ``statements`` on a connection of their own (the monitor's stays open)."""
+    other = sqlite3.connect(path, isolation_level=None)
+    if not statements:  # recreate the table exactly as it was, index included, but empty
+        definitions = [sql for (sql,) in other.execute(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = ? AND sql IS NOT NULL"
+            " ORDER BY type DESC", (TABLE,)
+        )]
+        statements = [f"DROP TABLE {TABLE}", *definitions]
+    for statement in statements:
+        other.execute(statement)
+    other.close()
+
+
+def every_table(path: Path) -> list[Any]:
+    other = sqlite3.connect(path)
+    try:
+        return [
+            (name, *other.execute(f"SELECT * FROM {name} ORDER BY 1").fetchall())
+            for (name,) in other.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            ).fetchall()
+        ]
+    finally:
+        other.close()
+
+
+def opened_then_changed(module: ModuleType, path: Path, change: str) -> Any:
+    monitor = module.DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
+    for index in range(2):
+        monitor.register(*notification(index), now=100)
+    plant(path, SCHEMA_CHANGES[change])
+    return monitor
+
+
+@pytest.mark.parametrize("method", NEXT_CALLS)
+@pytest.mark.parametrize("change", SCHEMA_CHANGES)
+def test_a_schema_or_meta_change_after_opening_is_answered_as_the_reference_does(
+    tmp_path: Path, change: str, method: str
+) -> None:
+    answers, tables = {}, {}
+    for name, module in IMPLEMENTATIONS.items():
+        path = tmp_path / f"{name}.db"
+        monitor = opened_then_changed(module, path, change)
+        answers[name] = as_tuple(call(monitor, NEXT_CALLS[method]))
+        tables[name] = every_table(path)
+    assert answers["lifecycles"] == answers["reference"]
+    assert tables["lifecycles"] == tables["reference"]
+    if change != "recreate_table_identical":
+        assert answers["reference"] == ("error", "blocked", CODE + "schema_altered")
+
+
+# Invalid arguments on an altered database: the reference checks the schema first in
+# register, claim and status (and so does lifecycles), the arguments first in health
+# and in run_once's own reader and time checks.
+BAD_CALLS: dict[str, Callable[[Any], Any]] = {
+    "register_bad_time": lambda m: m.register(*notification(5), now=-1),
+    "register_bad_notification": lambda m: m.register({}, "a" * 64, now=200),
+    "claim_bad_worker": lambda m: m.claim("no spaces", now=200),
+    "claim_bad_lease": lambda m: m.claim("w1", now=200, lease_seconds=0),
+    "run_once_bad_reader": lambda m: m.run_once(None, "w1", now=200),
+    "run_once_bad_time": lambda m: m.run_once(reader_for("pending"), "w1", now=-1),
+    "run_once_bad_worker": lambda m: m.run_once(reader_for("pending"), "no spaces", now=200),
+    "status_bad_event": lambda m: m.status("no spaces", now=200),
+    "status_bad_time": lambda m: m.status("e0", now=-1),
+    "health_bad_time": lambda m: m.health(now=-1),
+}
+
+
+@pytest.mark.parametrize("bad_call", BAD_CALLS)
+def test_invalid_arguments_on_an_altered_database_get_the_references_code(
+    tmp_path: Path, bad_call: str
+) -> None:
+    codes = {}
+    for name, module in IMPLEMENTATIONS.items():
+        monitor = opened_then_changed(module, tmp_path / f"{name}.db", "add_column")
+        try:
+            BAD_CALLS[bad_call](monitor)
+        except Exception as error:  # both sides raise their own class: compare the code
+            codes[name] = getattr(error, "code", type(error).__name__)
+    assert codes["lifecycles"] == codes["reference"]
