@@ -17,16 +17,15 @@ import contextlib
 import json
 import os
 import re
-import signal
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import ModuleType
 from typing import Any
 
 import pytest
+from support.outbox import alarm
 from support.reference import require_reference
 
 import lifecycles.outbox as ours
@@ -40,20 +39,6 @@ BOTH = pytest.mark.parametrize("module", [ref, ours], ids=["reference", "lifecyc
 class Blocked(BaseException):
     """A call did not return within the alarm (a BaseException: deliver's `except
     Exception` in either implementation must not swallow it)."""
-
-
-@contextlib.contextmanager
-def alarm(seconds: float = 1.0) -> Iterator[None]:
-    def ring(signum: int, frame: FrameType | None) -> None:
-        raise Blocked(f"blocked for {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(autouse=True)
@@ -309,7 +294,7 @@ def test_links_and_special_files_are_refused(tmp_path: Path) -> None:
         results[module] = (sorted(seen), report.quarantined)
         os.mkfifo(outbox.pending_dir / f"{entry_id(3)}.json")
         try:
-            with alarm():
+            with alarm(1.0, Blocked):
                 report = outbox.replay(accept_all)
             results[module] += (f"fifo quarantined: {report.quarantined}",)
         except Blocked:
@@ -457,7 +442,7 @@ def test_replay_from_inside_deliver(tmp_path: Path) -> None:
                 inner.append(type(error).__name__)
 
         try:
-            with alarm():
+            with alarm(1.0, Blocked):
                 report = outbox.replay(deliver)
             outcomes[module] = (inner, report.delivered)
         except Blocked:

@@ -23,16 +23,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
-from support.outbox import entry_id_of, make_request, store_root
+from support.outbox import alarm, entry_id_of, make_request, store_root
 
 import lifecycles.outbox as outbox
 from lifecycles.cli_outbox import outbox_status
@@ -48,22 +46,6 @@ LEFTOVER_TEMP = ".{name}.0123456789abcdef.tmp"
 
 class Hung(Exception):
     """An outbox call did not return within the alarm."""
-
-
-@contextlib.contextmanager
-def alarm(seconds: int = ALARM_SECONDS) -> Iterator[None]:
-    """Fail instead of hanging (an open() blocked on a FIFO is interrupted by the signal)."""
-
-    def ring(signum: int, frame: FrameType | None) -> None:
-        raise Hung(f"an outbox call blocked for {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def record_bytes(transaction_id: str, state: str = "pending") -> bytes:
@@ -188,7 +170,7 @@ def test_no_entry_blocks_the_queue_loses_a_record_or_touches_the_outside(
     outside_before = outside_state(outside)
     quarantine_before = names_in(root / "quarantine")
 
-    with alarm():
+    with alarm(ALARM_SECONDS, Hung):
         opened = outbox.CloseOutbox(state_dir=state_dir)
         opened.pending_count()
         delivered: list[str] = []
@@ -303,7 +285,7 @@ def test_a_lock_that_is_not_a_private_regular_file_is_refused_with_an_outbox_err
     else:
         os.link(outside / "junk", lock)
     before = outside_state(outside)
-    with alarm():
+    with alarm(ALARM_SECONDS, Hung):
         with pytest.raises(outbox.OutboxUnsafePathError, match="lock"):
             outbox.CloseOutbox(state_dir=state_dir)
         status: Any = None

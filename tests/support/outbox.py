@@ -13,18 +13,21 @@ symbolic links, for one); the tests are written for that difference.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
 import json
 import os
 import re
+import signal
 import stat
 import sys
 import zlib
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 IMPL_VARIABLE = "LIFECYCLES_OUTBOX_IMPL"
@@ -275,3 +278,20 @@ def tree_snapshot(path: Path) -> dict[str, tuple[str, int, bytes]]:
                 with open(full, "rb") as handle:
                     snapshot[relative] = ("file", stat.S_IMODE(info.st_mode), handle.read())
     return snapshot
+
+
+@contextlib.contextmanager
+def alarm(seconds: float, error: type[BaseException]) -> Iterator[None]:
+    """Raise ``error`` instead of hanging when a call blocks for ``seconds`` (an ``open()``
+    blocked on a FIFO is interrupted by the signal)."""
+
+    def ring(signum: int, frame: FrameType | None) -> None:
+        raise error(f"a call blocked for {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
