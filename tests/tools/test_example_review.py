@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import io
-import itertools
-import sqlite3
-import tempfile
 from pathlib import Path
 
 import pytest
+from support.stateful import on_memory_and_sqlite
 
 from lifecycles.checker import import_target, run_check
 from lifecycles.diagrams import generate
 from lifecycles.machines.core import TransitionRefused
-from lifecycles.stores.memory import MemoryStore
-from lifecycles.stores.sqlite import SQLiteStore
-from lifecycles.testing import build_state_machine
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "review" / "lifecycle.py"
@@ -24,7 +19,6 @@ import_target(str(EXAMPLE))  # the example is not installed: put its root on the
 from examples.review.lifecycle import (  # noqa: E402
     REVIEW,
     ReviewInputs,
-    ReviewRecord,
     new_document,
 )
 
@@ -71,28 +65,5 @@ def test_diagrams_are_drawn_from_the_example_table() -> None:
     assert "in_review" in files["review.md"].decode()
 
 
-_DATABASES = tempfile.TemporaryDirectory(prefix="lifecycles-review-")
-_NUMBERS = itertools.count()
-
-
-def memory_store() -> MemoryStore[ReviewRecord]:
-    return MemoryStore(REVIEW)
-
-
-def sqlite_store() -> SQLiteStore[ReviewRecord]:
-    """The generic SQLite schema, derived from the record (no hand-written SQL)."""
-    connection = sqlite3.connect(Path(_DATABASES.name) / f"review-{next(_NUMBERS)}.db")
-    connection.execute("PRAGMA synchronous = OFF")  # logic, not durability, is tested here
-    return SQLiteStore(REVIEW, connection)
-
-
-def close_sqlite(store: SQLiteStore[ReviewRecord]) -> None:
-    store.connection.close()
-
-
-TestReviewOnMemory = build_state_machine(
-    REVIEW, memory_store, name="review on MemoryStore"
-).TestCase
-TestReviewOnSQLite = build_state_machine(
-    REVIEW, sqlite_store, name="review on SQLiteStore", teardown=close_sqlite
-).TestCase
+# On SQLite with the generic schema, derived from the record (no hand-written SQL).
+TestReviewOnMemory, TestReviewOnSQLite = on_memory_and_sqlite(REVIEW, "review")
