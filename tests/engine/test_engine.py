@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 import pytest
+from support.monitor import T0, TOKEN, WORKER, held, registered
 from transitions import Machine
 
 from lifecycles.invariants.core import InvariantSet, InvariantViolation, invariant
@@ -34,27 +35,12 @@ from lifecycles.machines.monitor import (
     MonitorInputs,
     ReceiverAnswer,
     ReceiverStatus,
-    new_record,
 )
 
 NOT_ALLOWED = "terminal_processing_monitor.claim_lost"
-T0 = 1_000.0
-WORKER, TOKEN = "worker-1", "token-1"
 
 
 # --- monitor records in every status, made by firing real transitions ----------
-
-
-def registered(max_failures: int = 5) -> MonitorRecord:
-    return new_record(
-        event_id="evt-1", notification_id="ntf-1", site_id="site-1",
-        terminal_status="published", notification_sha256="a" * 64,
-        max_failures=max_failures, now=T0,
-    )
-
-
-def held(now: float, **changes: Any) -> MonitorInputs:
-    return MonitorInputs(now=now, worker_id=WORKER, lease_token=TOKEN, **changes)
 
 
 def answer(status: ReceiverStatus) -> ReceiverAnswer:

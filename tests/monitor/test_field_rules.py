@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 import pytest
-from support.monitor import plain_row, reference_accepts
+from support.monitor import LEASED, PENDING, RETRY_WAIT, T0, held, plain_row, reference_accepts
 
 from lifecycles.invariants.core import (
     FieldRule,
@@ -38,27 +38,10 @@ from lifecycles.invariants.monitor import (
 )
 from lifecycles.machines.monitor import (
     MONITOR,
-    MonitorInputs,
     ReceiverAnswer,
     ReceiverStatus,
-    new_record,
 )
 
-T0 = 1_000.0
-
-
-def held(now: float, **changes: Any) -> MonitorInputs:
-    return MonitorInputs(now=now, worker_id="worker-1", lease_token="token-1", **changes)
-
-
-PENDING = new_record(
-    event_id="evt-1", notification_id="ntf-1", site_id="site-1", terminal_status="published",
-    notification_sha256="a" * 64, max_failures=5, now=T0,
-)
-LEASED = MONITOR.fire("claim", PENDING, held(T0))
-RETRY_WAIT = MONITOR.fire(
-    "fail_attempt", LEASED, held(T0 + 1, error_code="reader.timeout", retryable=True)
-)
 WATCHING = MONITOR.fire("observe_progress", LEASED, held(T0 + 1, answer=ReceiverAnswer(
     processing_status=ReceiverStatus.LEASED, attempts=1, max_attempts=3,
     next_attempt_at=T0, lease_expires_at=T0 + 60, lease_expired=True,

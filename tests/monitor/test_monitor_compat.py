@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.monitor import CAPABILITIES, ReaderError, answer, notification
+from support.monitor import CAPABILITIES, ReaderError, answer, every_table, notification, plant
 from support.reference import require_reference
 
 import lifecycles.monitor as lifecycles_monitor
@@ -287,33 +287,6 @@ NEXT_CALLS: dict[str, tuple[Any, ...]] = {
     "status": ("status", 200, 0),
     "health": ("health", 200),
 }
-
-
-def plant(path: Path, statements: list[str]) -> None:
-    """Run ``statements`` on a connection of their own (the monitor's stays open)."""
-    other = sqlite3.connect(path, isolation_level=None)
-    if not statements:  # recreate the table exactly as it was, index included, but empty
-        definitions = [sql for (sql,) in other.execute(
-            "SELECT sql FROM sqlite_master WHERE tbl_name = ? AND sql IS NOT NULL"
-            " ORDER BY type DESC", (TABLE,)
-        )]
-        statements = [f"DROP TABLE {TABLE}", *definitions]
-    for statement in statements:
-        other.execute(statement)
-    other.close()
-
-
-def every_table(path: Path) -> list[Any]:
-    other = sqlite3.connect(path)
-    try:
-        return [
-            (name, *other.execute(f"SELECT * FROM {name} ORDER BY 1").fetchall())
-            for (name,) in other.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
-            ).fetchall()
-        ]
-    finally:
-        other.close()
 
 
 def opened_then_changed(module: ModuleType, path: Path, change: str) -> Any:

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.monitor import CAPABILITIES, answer, canonical, notification, table_dump
+from support.monitor import (
+    CAPABILITIES,
+    AlwaysEqual,
+    answer,
+    canonical,
+    notification,
+    table_dump,
+)
 from support.reference import require_reference
 
 import lifecycles.monitor as lifecycles_monitor
@@ -121,24 +128,6 @@ class Exploding:
         raise RuntimeError("compared")
 
     __hash__ = object.__hash__
-
-
-class AlwaysEqual(str):
-    """Holds one string but claims to equal (and hash like) another."""
-
-    def __new__(cls, held: str, pretends: str) -> AlwaysEqual:
-        made = super().__new__(cls, held)
-        made.pretends = pretends  # type: ignore[attr-defined]
-        return made
-
-    def __eq__(self, other: object) -> bool:
-        return True
-
-    def __ne__(self, other: object) -> bool:
-        return False
-
-    def __hash__(self) -> int:
-        return hash(self.pretends)  # type: ignore[attr-defined]
 
 
 class LyingInt(int):

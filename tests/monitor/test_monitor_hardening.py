@@ -20,7 +20,17 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.monitor import CAPABILITIES, ReaderError, answer, canonical, notification, table_dump
+from support.monitor import (
+    CAPABILITIES,
+    AlwaysEqual,
+    ReaderError,
+    answer,
+    canonical,
+    every_table,
+    notification,
+    plant,
+    table_dump,
+)
 from support.postgres import DSN, connect_in, require_postgres, temporary_schema
 
 from lifecycles.monitor import (
@@ -72,7 +82,7 @@ SQLITE_CHANGES: dict[str, list[str]] = {
     "rename_column": [f"ALTER TABLE {TABLE} RENAME COLUMN site_id TO site"],
     "drop_table": [f"DROP TABLE {TABLE}"],
     "rename_table": [f"ALTER TABLE {TABLE} RENAME TO {TABLE}_old"],
-    "recreate_table": [],  # filled in by plant_sqlite: the table's own CREATE statement
+    "recreate_table": [],  # none: plant recreates the table from its own CREATE statement
     "delete_meta_row": [f"DELETE FROM {META}"],
     # The meta table's CHECK forbids another version: a hand edit that switched it off.
     "rewrite_meta_version": ["PRAGMA ignore_check_constraints = ON",
@@ -85,33 +95,6 @@ SQLITE_CHANGES: dict[str, list[str]] = {
         f"INSERT INTO {META} VALUES (1, 1)",
     ],
 }
-
-
-def plant_sqlite(path: Path, change: str) -> None:
-    other = sqlite3.connect(path, isolation_level=None)
-    statements = list(SQLITE_CHANGES[change])
-    if change == "recreate_table":
-        definitions = [sql for (sql,) in other.execute(
-            "SELECT sql FROM sqlite_master WHERE tbl_name = ? AND sql IS NOT NULL ORDER BY type "
-            "DESC", (TABLE,)
-        )]  # the table first, then its index
-        statements = [f"DROP TABLE {TABLE}", *definitions]
-    for statement in statements:
-        other.execute(statement)
-    other.close()
-
-
-def sqlite_dump(path: Path) -> list[Any]:
-    """Every row of every table (whatever its columns), read by a connection of its own."""
-    other = sqlite3.connect(path)
-    try:
-        tables = [name for (name,) in other.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
-        )]
-        return [(table, *other.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall())
-                for table in tables]
-    finally:
-        other.close()
 
 
 def expected(change: str, method: str) -> Any:
@@ -127,11 +110,11 @@ def test_a_sqlite_schema_or_meta_change_is_refused_on_the_next_call(
     monitor = DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
     for index in range(2):
         monitor.register(*notification(index), now=100)
-    plant_sqlite(path, change)
-    before = sqlite_dump(path)
+    plant(path, SQLITE_CHANGES[change])
+    before = every_table(path)
     assert call(monitor, method) == expected(change, method)
     if expected(change, method) == ALTERED:
-        assert sqlite_dump(path) == before  # refused: nothing written
+        assert every_table(path) == before  # refused: nothing written
 
 
 def test_a_schema_change_during_the_read_writes_nothing(tmp_path: Path) -> None:
@@ -142,12 +125,12 @@ def test_a_schema_change_during_the_read_writes_nothing(tmp_path: Path) -> None:
     before: list[Any] = []
 
     def reader(event_id: str, site_id: str) -> Any:
-        plant_sqlite(path, "rewrite_capabilities")
-        before.extend(sqlite_dump(path))
+        plant(path, SQLITE_CHANGES["rewrite_capabilities"])
+        before.extend(every_table(path))
         return answer(event_id, site_id, "succeeded")
 
     assert outcome(lambda: monitor.run_once(reader, "w1", now=200)) == ALTERED
-    assert sqlite_dump(path) == before
+    assert every_table(path) == before
 
 
 def test_an_identical_schema_change_is_checked_once_and_carries_on(tmp_path: Path) -> None:
@@ -263,24 +246,6 @@ def test_a_postgres_schema_or_meta_change_is_refused_on_the_next_call(
 
 
 # --- hostile input --------------------------------------------------------------------
-
-
-class AlwaysEqual(str):
-    """Holds one string but claims to equal (and hash like) an allowed one."""
-
-    def __new__(cls, held: str, pretends: str) -> AlwaysEqual:
-        made = super().__new__(cls, held)
-        made.pretends = pretends  # type: ignore[attr-defined]
-        return made
-
-    def __eq__(self, other: object) -> bool:
-        return True
-
-    def __ne__(self, other: object) -> bool:
-        return False
-
-    def __hash__(self) -> int:
-        return hash(self.pretends)  # type: ignore[attr-defined]
 
 
 class Exploding:

@@ -20,7 +20,18 @@ import attrs
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from support.monitor import plain_row, reference_accepts, reference_monitor
+from support.monitor import (
+    LEASED,
+    PENDING,
+    RETRY_WAIT,
+    T0,
+    TOKEN,
+    WORKER,
+    held,
+    plain_row,
+    reference_accepts,
+    reference_monitor,
+)
 
 from lifecycles.invariants.core import InvariantViolation, build_record, field_rules
 from lifecycles.invariants.monitor import (
@@ -35,11 +46,7 @@ from lifecycles.machines.monitor import (
     MonitorInputs,
     ReceiverAnswer,
     ReceiverStatus,
-    new_record,
 )
-
-T0 = 1_000.0
-WORKER, TOKEN = "worker-1", "token-1"
 
 
 def lifecycles_verdict(row: Mapping[str, Any]) -> tuple[bool, tuple[str, ...]]:
@@ -56,10 +63,6 @@ def lifecycles_verdict(row: Mapping[str, Any]) -> tuple[bool, tuple[str, ...]]:
 # --- valid records in every status, by real transitions --------------------------
 
 
-def held(now: float, **changes: Any) -> MonitorInputs:
-    return MonitorInputs(now=now, worker_id=WORKER, lease_token=TOKEN, **changes)
-
-
 def answer(status: ReceiverStatus) -> ReceiverAnswer:
     waiting = status in (ReceiverStatus.RETRY_WAIT, ReceiverStatus.FAILED)
     return ReceiverAnswer(
@@ -69,13 +72,6 @@ def answer(status: ReceiverStatus) -> ReceiverAnswer:
         last_error_code="receiver.busy" if waiting else None,
         processed_at=T0 if status == ReceiverStatus.SUCCEEDED else None,
     )
-
-
-PENDING = new_record(
-    event_id="evt-1", notification_id="ntf-1", site_id="site-1", terminal_status="published",
-    notification_sha256="a" * 64, max_failures=5, now=T0,
-)
-LEASED = MONITOR.fire("claim", PENDING, held(T0))
 
 
 def observed(status: ReceiverStatus) -> MonitorRecord:
@@ -89,9 +85,6 @@ WATCHING_LEASED = observed(ReceiverStatus.LEASED)
 WATCHING_RETRY = observed(ReceiverStatus.RETRY_WAIT)
 SUCCEEDED = observed(ReceiverStatus.SUCCEEDED)
 FAILED_REMOTE = observed(ReceiverStatus.FAILED)
-RETRY_WAIT = MONITOR.fire(
-    "fail_attempt", LEASED, held(T0 + 1, error_code="reader.timeout", retryable=True)
-)
 FAILED_LOCAL = MONITOR.fire("fail_attempt", LEASED, held(T0 + 1, error_code="reader.broken"))
 EXPIRED = MONITOR.fire("expire_lease", LEASED, MonitorInputs(now=T0 + 600))
 LEASED_AGAIN = MONITOR.fire("claim", WATCHING_RETRY, held(T0 + 31))

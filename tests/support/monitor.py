@@ -1,4 +1,5 @@
-"""Builders shared by the monitor's tests: notifications, receiver answers, reader errors."""
+"""Builders shared by the monitor's tests: notifications, receiver answers, reader errors,
+records made by real transitions, hostile values, and changes planted in a SQLite file."""
 
 from __future__ import annotations
 
@@ -7,11 +8,17 @@ import json
 import sqlite3
 from collections.abc import Mapping
 from enum import Enum
+from pathlib import Path
 from typing import Any
+
+from lifecycles.invariants.monitor import MonitorRecord
+from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
+from lifecycles.testing.monitor import ReaderError as PublicReaderError
 
 CAPABILITIES = "c" * 64
 NOTIFICATION_SCHEMA = "blun.cms-source-terminal-notification.v1"
 STATUS_SCHEMA = "blun.cms-terminal-receiver-status-response.v1"
+TABLE = "cms_source_terminal_processing"
 
 
 def canonical(value: Any) -> str:
@@ -66,14 +73,13 @@ def answer(event_id: str, site_id: str, kind: str, **overrides: Any) -> dict[str
     return value
 
 
-class ReaderError(Exception):
-    """What a CMS client raises: a code, and whether the failure is retryable."""
+class ReaderError(PublicReaderError):
+    """What a CMS client raises: the public fake (:class:`lifecycles.testing.monitor.ReaderError`),
+    called as these tests call it: a code, whether the failure is retryable, and whether
+    it is a CMS notification failure (by default it is)."""
 
-    def __init__(self, code: Any, retryable: bool, cms: bool = True) -> None:
-        super().__init__(code)
-        self.code = code
-        self.retryable = retryable
-        self.cms_notification_failure = cms
+    def __init__(self, code: Any, retryable: Any, cms: Any = True) -> None:
+        super().__init__(code, cms, retryable)
 
 
 def table_dump(connection: sqlite3.Connection) -> list[tuple[Any, ...]]:
@@ -114,3 +120,79 @@ def reference_accepts(row: Mapping[str, Any]) -> bool:
         assert blocked.code == "terminal_processing_monitor.state_invalid"
         return False
     return True
+
+
+# --- records in a few statuses, made by firing real transitions ----------------------
+
+T0 = 1_000.0
+WORKER, TOKEN = "worker-1", "token-1"
+
+
+def registered(max_failures: int = 5) -> MonitorRecord:
+    """Event ``evt-1`` registered at ``T0``."""
+    return new_record(
+        event_id="evt-1", notification_id="ntf-1", site_id="site-1",
+        terminal_status="published", notification_sha256="a" * 64,
+        max_failures=max_failures, now=T0,
+    )
+
+
+def held(now: float, **changes: Any) -> MonitorInputs:
+    """Inputs at ``now`` from the worker holding the lease ``TOKEN``."""
+    return MonitorInputs(now=now, worker_id=WORKER, lease_token=TOKEN, **changes)
+
+
+PENDING = registered()
+LEASED = MONITOR.fire("claim", PENDING, held(T0))
+RETRY_WAIT = MONITOR.fire(
+    "fail_attempt", LEASED, held(T0 + 1, error_code="reader.timeout", retryable=True)
+)
+
+
+# --- hostile values and a database changed under the monitor ---------------------------
+
+
+class AlwaysEqual(str):
+    """Holds one string but claims to equal (and hash like) another."""
+
+    def __new__(cls, held: str, pretends: str) -> AlwaysEqual:
+        made = super().__new__(cls, held)
+        made.pretends = pretends  # type: ignore[attr-defined]
+        return made
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        return hash(self.pretends)  # type: ignore[attr-defined]
+
+
+def plant(path: Path, statements: list[str]) -> None:
+    """Run ``statements`` on a connection of their own (the monitor's stays open); none:
+    recreate the monitor table exactly as it was, index included, but empty."""
+    other = sqlite3.connect(path, isolation_level=None)
+    if not statements:
+        definitions = [sql for (sql,) in other.execute(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = ? AND sql IS NOT NULL"
+            " ORDER BY type DESC", (TABLE,)
+        )]  # the table first, then its index
+        statements = [f"DROP TABLE {TABLE}", *definitions]
+    for statement in statements:
+        other.execute(statement)
+    other.close()
+
+
+def every_table(path: Path) -> list[Any]:
+    """Every row of every table (whatever its columns), read by a connection of its own."""
+    other = sqlite3.connect(path)
+    try:
+        tables = [name for (name,) in other.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+        )]
+        return [(table, *other.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall())
+                for table in tables]
+    finally:
+        other.close()
