@@ -8,8 +8,8 @@ Construction::
 
 Everything a SQL store does is written once in :mod:`lifecycles.stores.sql`; this
 module holds what only PostgreSQL does: its dialect (``%s`` markers, quoted
-identifiers, ``IS NOT DISTINCT FROM``, ``FOR UPDATE SKIP LOCKED``, column types, a
-partial claim-order index), how statements run on a ``psycopg`` connection, its
+identifiers, ``IS NOT DISTINCT FROM``, ``FOR UPDATE SKIP LOCKED``, column
+types), how statements run on a ``psycopg`` connection, its
 transactions and what its errors mean.
 
 The tables live in the connection's ``current_schema()`` (set ``search_path`` to
@@ -104,7 +104,7 @@ def _described(value: Any) -> tuple[tuple[str, str], ...]:
 
 class PostgresDialect(Dialect):
     """PostgreSQL's ``%s`` markers, quoted identifiers, ``IS NOT DISTINCT FROM``, row locks
-    that skip what another worker holds, typed columns and a partial claim-order index."""
+    that skip what another worker holds, typed columns."""
 
     name = "postgres"
     param = "%s"
@@ -164,18 +164,6 @@ class PostgresDialect(Dialect):
         if column.kind == "other":  # a hint no column type holds: canonical JSON text
             return json_or_none, from_json_or_none
         return super().codec(column)
-
-    def claim_order_index(self, schema: SQLSchema) -> str | None:
-        """With it a claim walks the index to the first due record instead of sorting every
-        due record (the lease-order index alone leaves PostgreSQL a sort per claim)."""
-        lease = schema.lifecycle.lease
-        if lease is None:
-            return None
-        return (
-            f"CREATE INDEX IF NOT EXISTS {self.quote(schema.table + '_claim_order')}"
-            f" ON {self.quote(schema.table)} ({', '.join(map(self.quote, lease.order_by))})"
-            f" WHERE {self.claimable_clause(schema.lifecycle)}"
-        )
 
 
 class PostgresStore(SQLStore[R]):

@@ -202,7 +202,43 @@ def test_both_create_the_same_schema(tmp_path: Path) -> None:
                 "SELECT name, tbl_name FROM sqlite_master WHERE type = 'index' ORDER BY name"
             )
         ]
+    # lifecycles adds one index of its own, the partial claim-order index (issue 12).
+    claim_order = ("cms_source_terminal_processing_claim_order", "cms_source_terminal_processing")
+    schemas["lifecycles"]["indexes"].remove(claim_order)
     assert schemas["lifecycles"] == schemas["reference"]
+
+
+def drive(monitor: Any, first: int, now: float) -> list[Any]:
+    """Register two items, claim one, run one: what either monitor answers, comparable."""
+    for index in (first, first + 1):
+        monitor.register(*notification(index), max_failures=3, now=now)
+    claimed = masked(monitor.claim("w1", now=now + 1, lease_seconds=60))
+    outcome = monitor.run_once(reader_for("succeeded"), "w2", now=now + 2, lease_seconds=60)
+    return [claimed, as_tuple(outcome), as_tuple(monitor.health(now=now + 3))]
+
+
+def test_the_claim_order_index_does_not_keep_either_from_the_database(tmp_path: Path) -> None:
+    """lifecycles' partial claim-order index is ignored by the reference, which opens and
+    uses (register, claim, run_once, health) a database holding it; lifecycles adds it to
+    a database the reference created. Either order of openers answers the same."""
+    index = "cms_source_terminal_processing_claim_order"
+    answers = {}
+    ours, theirs = "lifecycles", "reference"
+    for order in ([ours, theirs, ours], [theirs, ours, theirs]):
+        path = tmp_path / f"{order[0]}.db"
+        answers[order[0]] = []
+        for step, name in enumerate(order):
+            connection = sqlite3.connect(path)
+            monitor = IMPLEMENTATIONS[name].DurableTerminalProcessingMonitor(
+                connection, CAPABILITIES
+            )
+            answers[order[0]].append(drive(monitor, 10 * step, 100.0 * (step + 1)))
+            indexes = {n for (n,) in connection.execute("SELECT name FROM sqlite_master")}
+            # Once lifecycles has opened the file the index is there, whoever opens it next.
+            assert (index in indexes) == ("lifecycles" in order[: step + 1]), (order, step)
+            connection.close()
+    assert answers["lifecycles"] == answers["reference"]
+    assert all(claimed is not None for claimed, _, _ in answers["lifecycles"])
 
 
 def test_public_names_match_the_reference() -> None:

@@ -9,7 +9,6 @@ lists from the table, and SQLite and PostgreSQL differ only by their dialects.
 from __future__ import annotations
 
 import ast
-import sqlite3
 from pathlib import Path
 
 import attrs
@@ -21,7 +20,7 @@ from lifecycles.monitor_schema import QUERIES, MonitorSchema, parse_named_blocks
 from lifecycles.registry import registered
 from lifecycles.stores.postgres import PostgresDialect
 from lifecycles.stores.sql import SQLSchema
-from lifecycles.stores.sqlite import SQLiteDialect, SQLiteStore
+from lifecycles.stores.sqlite import SQLiteDialect
 
 STORES = Path(__file__).resolve().parents[2] / "stores"
 
@@ -100,13 +99,6 @@ def test_the_claim_order_index_and_due_query_name_the_claimable_statuses() -> No
     index = PostgresDialect().claim_order_index(MonitorSchema("c" * 64))
     assert index is not None
     assert index.endswith(f"IN ({', '.join(repr(s) for s in claimable)})")
-
-
-def test_a_sqlite_claim_follows_the_lease_order_index() -> None:
-    store = SQLiteStore(MONITOR, sqlite3.connect(":memory:"), MonitorSchema("c" * 64))
-    where, order = store._due
-    plan = str(store.run(f"EXPLAIN QUERY PLAN {where}{order}", (1.0,)))
-    assert "USING INDEX cms_source_terminal_processing_due" in plan
 
 
 def test_a_generic_schema_derives_its_table_from_the_record() -> None:

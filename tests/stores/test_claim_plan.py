@@ -1,0 +1,151 @@
+"""Flat claims (issue 12): a claim walks a partial index in claim order to the first due
+record, on SQLite and on PostgreSQL, instead of sorting every due record.
+
+The index is named from the table and generated from the lease declaration: its columns
+are ``lease.order_by``, its ``WHERE`` the claimable statuses as literals (SQLite's
+planner matches a partial index only against the same text in the statement).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+from support.postgres import connect_in, temporary_schema
+
+from lifecycles.machines import lease
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.monitor import MONITOR
+from lifecycles.monitor_schema import MonitorSchema
+from lifecycles.registry import registered
+from lifecycles.stores.postgres import PostgresStore
+from lifecycles.stores.sql import SQLSchema, SQLStore
+from lifecycles.stores.sqlite import SQLiteStore
+
+LEASED = [lifecycle for lifecycle in registered().values() if lifecycle.lease is not None]
+TABLE = "cms_source_terminal_processing"
+
+
+def claim_statement(store: SQLStore[Any], exclude: list[str]) -> tuple[str, list[Any]]:
+    """The statement ``next_due`` runs, and its parameters."""
+    where, order = store._due
+    left_out, params = store.dialect.excluding(store._key, exclude)
+    return where + left_out + order, [1e12, *params]
+
+
+def sqlite_plan(store: SQLStore[Any], exclude: list[str]) -> list[str]:
+    statement, params = claim_statement(store, exclude)
+    return [row[3] for row in store.run(f"EXPLAIN QUERY PLAN {statement}", params)]
+
+
+def fill(
+    connection: sqlite3.Connection, count: int, finished: bool = False, table: str = TABLE
+) -> None:
+    """``count`` pending monitor items, due one second apart in claim order; ``finished``:
+    every third one marked finished (outside the partial index; such rows are for plans
+    only, they are not valid records)."""
+    statuses = ["pending", "pending", "succeeded" if finished else "pending"]
+    with connection:
+        connection.executemany(
+            f"INSERT INTO {table} (event_id, notification_id, site_id, terminal_status,"
+            " notification_sha256, status, poll_attempts, failures, max_failures,"
+            " next_poll_at, created_at, updated_at)"
+            " VALUES (?, ?, 's', 'published', ?, ?, 0, 0, 5, ?, ?, ?)",
+            [
+                (f"e{i:07d}", f"n{i}", "a" * 64, statuses[i % 3], float(i), float(i), float(i))
+                for i in range(count)
+            ],
+        )
+
+
+@pytest.mark.parametrize("lifecycle", LEASED, ids=lambda lifecycle: lifecycle.name)
+def test_every_leased_lifecycle_gets_a_partial_index_in_claim_order(
+    lifecycle: Lifecycle[Any, Any],
+) -> None:
+    connection = sqlite3.connect(":memory:")
+    store = SQLiteStore(lifecycle, connection)
+    table = store.schema.table
+    assert lifecycle.lease is not None
+    claimable = ", ".join(f"'{s}'" for s in lease.claimable_statuses(lifecycle))
+    columns = (*lifecycle.lease.order_by, lifecycle.lease.due_field)
+    ((sql,),) = connection.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = ?",
+        (f"{table}_claim_order",),
+    ).fetchall()
+    assert sql == (
+        f"CREATE INDEX {table}_claim_order ON {table} ({', '.join(columns)})"
+        f" WHERE {lifecycle.status_field} IN ({claimable})"
+    )
+
+
+@pytest.mark.parametrize("exclude", [[], ["e1"], ["e1", "e2", "e3"]])
+@pytest.mark.parametrize("schema", ["derived", "reference"])
+@pytest.mark.parametrize("rows", [0, 3000])
+def test_a_sqlite_claim_walks_the_claim_order_index(
+    exclude: list[str], schema: str, rows: int
+) -> None:
+    """No sort (``USE TEMP B-TREE FOR ORDER BY``) and no scan of the table itself, empty
+    or filled and analysed, with and without keys passed over."""
+    connection = sqlite3.connect(":memory:")
+    bound: SQLSchema = MonitorSchema("c" * 64) if schema == "reference" else SQLSchema(MONITOR)
+    store = SQLiteStore(MONITOR, connection, bound)
+    if rows:
+        fill(connection, rows, finished=True, table=bound.table)
+        connection.execute("ANALYZE")
+    plan = sqlite_plan(store, exclude)
+    table = bound.table
+    assert not any("TEMP B-TREE" in step for step in plan), plan
+    assert plan == [f"SCAN {table} USING INDEX {table}_claim_order"], plan
+
+
+def test_without_the_index_the_claim_sorts_and_still_answers() -> None:
+    """The before picture: without the claim-order index every due record is sorted."""
+    connection = sqlite3.connect(":memory:")
+    store = SQLiteStore(MONITOR, connection, MonitorSchema("c" * 64))
+    fill(connection, 30)
+    expected = store.next_due(1e12, frozenset({"e0000000"}))
+    connection.execute(f"DROP INDEX {TABLE}_claim_order")
+    plan = sqlite_plan(store, [])
+    assert "USE TEMP B-TREE FOR ORDER BY" in plan, plan
+    assert store.next_due(1e12, frozenset({"e0000000"})) == expected
+    assert expected is not None and expected.event_id == "e0000001"
+
+
+def test_a_claim_through_the_index_passes_over_excluded_keys_in_claim_order() -> None:
+    connection = sqlite3.connect(":memory:")
+    store = SQLiteStore(MONITOR, connection, MonitorSchema("c" * 64))
+    fill(connection, 30)
+    due = [r.event_id for r in store.scan() if lease.is_due(MONITOR, r, 20.0)]
+    for skipped in range(len(due)):
+        found = store.next_due(20.0, frozenset(due[:skipped]))
+        assert found is not None and found.event_id == due[skipped]
+    assert store.next_due(20.0, frozenset(due)) is None
+
+
+def test_a_postgresql_claim_walks_the_claim_order_index() -> None:
+    """On a table with rows and statistics: an index scan of the partial index, no Sort."""
+    with temporary_schema() as name:
+        connection = connect_in(name)
+        try:
+            store = PostgresStore(MONITOR, connection, MonitorSchema("c" * 64))
+            connection.execute(
+                f"INSERT INTO {TABLE} (event_id, notification_id, site_id, terminal_status,"
+                " notification_sha256, status, poll_attempts, failures, max_failures,"
+                " next_poll_at, created_at, updated_at)"
+                " SELECT 'e' || lpad(g::text, 7, '0'), 'n' || g, 's', 'published',"
+                " repeat('a', 64), (ARRAY['pending', 'pending', 'succeeded'])[g % 3 + 1],"
+                " 0, 0, 5, g, g, g FROM generate_series(1, 30000) AS g"
+            )
+            connection.execute(f"ANALYZE {TABLE}")
+            for exclude in ([], ["e0000001", "e0000002"]):
+                statement, params = claim_statement(store, exclude)
+                plan = "\n".join(
+                    row[0] for row in connection.execute(f"EXPLAIN {statement}", params)
+                )
+                assert f"Index Scan using {TABLE}_claim_order" in plan, plan
+                assert "Sort" not in plan and "Seq Scan" not in plan, plan
+            found = store.next_due(1e12, frozenset({"e0000001"}))
+            assert found is not None and found.event_id == "e0000003"  # e0000002 is finished
+        finally:
+            connection.close()
