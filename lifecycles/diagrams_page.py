@@ -136,10 +136,14 @@ def _transitions(lifecycle: AnyLifecycle) -> list[str]:
                     f"`{lifecycle.initial.value}`", "-", "creates the record", "every field")
     rows = [creation]
     for number, resolved in enumerate(_table_rows(lifecycle), start=1):
-        first = resolved[0]  # the rows of one table entry differ only in their source
+        # The rows of one table entry differ only in their source, and in their dest when
+        # it is the source itself (``"dest": "="``).
+        first = resolved[0]
+        dests = {row.dest for row in resolved}
+        dest = f"`{first.dest}`" if len(dests) == 1 else "the same status (`=`)"
         rows.append(_row(
             str(number), f"`{first.trigger}`", ", ".join(f"`{row.source}`" for row in resolved),
-            f"`{first.dest}`", _guard_cell(lifecycle, first), _effect_cell(lifecycle, first),
+            dest, _guard_cell(lifecycle, first), _effect_cell(lifecycle, first),
             ", ".join(f"`{field}`" for field in lifecycle.writes(first)),
         ))
     return _table_section(

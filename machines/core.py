@@ -253,7 +253,9 @@ class Lifecycle(Generic[R, I]):
         self.description = description
         self.status_meanings = dict(status_meanings or {})
         self.beside_the_table = tuple(beside_the_table)
-        self.rows: tuple[Row, ...] = tuple(_expand(self.table))
+        self.rows: tuple[Row, ...] = tuple(
+            _expand(self.table, tuple(status.value for status in self.statuses))
+        )
         checks.run_definition_checks(self)
         self.machine = self._build_machine()
 
@@ -464,18 +466,24 @@ def _names(value: object) -> tuple[str, ...]:
     return (str(value),)
 
 
-def _expand(table: Sequence[Mapping[str, Any]]) -> Iterable[Row]:
-    """One :class:`Row` per (table row, source), keeping table order."""
+def _expand(table: Sequence[Mapping[str, Any]], statuses: Sequence[str]) -> Iterable[Row]:
+    """One :class:`Row` per (table row, source), keeping table order.
+
+    As in ``transitions``, source ``"*"`` is every declared status and dest ``"="`` is
+    the row's own source (a row that keeps the status).
+    """
     for index, entry in enumerate(table):
         effects = _names(entry.get("after"))
         if len(effects) > 1:
             raise DefinitionError("one_effect_per_row", f"row {index} names {effects}")
-        for source in _names(entry.get("source")):
+        sources = _names(entry.get("source"))
+        for source in statuses if sources == ("*",) else sources:
+            dest = str(entry["dest"])
             yield Row(
                 index=index,
                 trigger=str(entry["trigger"]),
                 source=source,
-                dest=str(entry["dest"]),
+                dest=source if dest == "=" else dest,
                 conditions=_names(entry.get("conditions")),
                 unless=_names(entry.get("unless")),
                 effect=effects[0] if effects else None,

@@ -70,18 +70,7 @@ TABLE: list[dict[str, Any]] = [
      "conditions": ["lease_is_held", "lease_is_live"], "unless": ["retry_is_allowed"],
      "after": "record_final_failure"},
     # Registering the very same notification again changes nothing, in any status.
-    {"trigger": "register", "source": "pending", "dest": "pending",
-     "conditions": ["same_registration"]},
-    {"trigger": "register", "source": "leased", "dest": "leased",
-     "conditions": ["same_registration"]},
-    {"trigger": "register", "source": "watching", "dest": "watching",
-     "conditions": ["same_registration"]},
-    {"trigger": "register", "source": "retry_wait", "dest": "retry_wait",
-     "conditions": ["same_registration"]},
-    {"trigger": "register", "source": "succeeded", "dest": "succeeded",
-     "conditions": ["same_registration"]},
-    {"trigger": "register", "source": "failed", "dest": "failed",
-     "conditions": ["same_registration"]},
+    {"trigger": "register", "source": "*", "dest": "=", "conditions": ["same_registration"]},
 ]
 
 

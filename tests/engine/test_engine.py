@@ -89,6 +89,8 @@ def friendly_inputs(record: MonitorRecord) -> MonitorInputs:
 
 def _table_sources(row: dict[str, Any]) -> list[str]:
     source = row["source"]
+    if source == "*":  # the transitions notation for every declared status
+        return [status.value for status in MonitorStatus]
     return [source] if isinstance(source, str) else list(source)
 
 
@@ -274,6 +276,19 @@ def demo(**changes: Any) -> Lifecycle[Counter, dict[str, Any]]:
 DEMO = demo()
 
 
+def test_star_source_and_equals_dest_mean_every_status_and_the_same_status() -> None:
+    table = [*demo().table, {"trigger": "touch", "source": "*", "dest": "="}]
+    touching = demo(table=table)
+    touch = [row for row in touching.rows if row.trigger == "touch"]
+    assert [(row.source, row.dest) for row in touch] == [
+        ("new", "new"), ("running", "running"), ("done", "done")
+    ]
+    assert {row.index for row in touch} == {len(table) - 1}  # one table entry
+    for status in Step:
+        record = Counter("k", status)
+        assert touching.fire("touch", record, {}) == record
+
+
 def test_a_false_condition_refuses_with_its_refusal_code() -> None:
     record = Counter("k", Step.NEW)
     with pytest.raises(TransitionRefused) as refused:
@@ -432,7 +447,10 @@ def test_derived_sets_match_the_literal_table() -> None:
         assert {s.value for s in MONITOR.sources(trigger)} == {
             source for row in rows for source in _table_sources(row)
         }
-        assert {s.value for s in MONITOR.dests(trigger)} == {row["dest"] for row in rows}
+        assert {s.value for s in MONITOR.dests(trigger)} == {
+            source if row["dest"] == "=" else row["dest"]  # "=": the source itself
+            for row in rows for source in _table_sources(row)
+        }
     for status in MonitorStatus:
         expected = [t for t in TRIGGERS if (t, status.value) in ALLOWED]
         assert list(MONITOR.allowed_triggers(status)) == expected
