@@ -19,7 +19,7 @@ table, see :mod:`lifecycles.machines.exploration`) and a store factory into a Hy
 A generated test leaves out Hypothesis' *explain* phase (``Machine.TestCase.settings``
 is the loaded profile minus ``Phase.explain``): on a failing stateful run it replays
 variations of every step, and a planted bug in document review took 104 s to report
-with it, 7 s without (``python benchmarks/plugin_failure_time.py [--explain]``).
+with it, 7 s without (``python benchmarks/bench_plugin_failure.py [--explain]``).
 Shrinking stays on; it is bounded by the profile's ``stateful_step_count`` (the length
 of an example) and by Hypothesis' own limits (500 shrinks, 5 minutes). Settings put
 in ``TestX.settings`` by hand replace these: wrap them in

@@ -3,7 +3,7 @@
 The suite below is what a downstream project writes: a small lifecycle (document review,
 from examples/review, built from the public API) with one planted bug, and the generated
 test for it; no conftest, so the plugin's ``ci`` profile runs it. It runs in its own
-pytest process, as a user's would. ``benchmarks/plugin_failure_time.py`` times it.
+pytest process, as a user's would. ``benchmarks/bench_plugin_failure.py`` times it.
 """
 
 from __future__ import annotations
