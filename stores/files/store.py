@@ -432,6 +432,10 @@ class FilesStore(Store[R], FilesExtension[R]):
             return set()
         found: set[str] = set()
         for other in order[: order.index(status)]:
+            held = self._held().view.listing(self.layout.directory(other))
+            if held is not None:  # listed under this lock already: no second listing
+                found.update(set(held.names()).intersection(names))
+                continue
             dir_fd = self._dir_fd(other)
             entries_guess = os.fstat(dir_fd).st_size // BYTES_PER_ENTRY_GUESS
             if len(names) <= max(PROBE_AT_MOST, entries_guess // 3):
@@ -440,7 +444,7 @@ class FilesStore(Store[R], FilesExtension[R]):
                     if os.access(name, os.F_OK, dir_fd=dir_fd, follow_symlinks=False)
                 )
             else:
-                listed = os.listdir(dir_fd)
+                listed = self._list(other).names()  # remembered for the rest of the lock
                 if listed:  # a set of the other listing, not of the (long) names
                     found.update(set(listed).intersection(names))
         return found
