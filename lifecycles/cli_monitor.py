@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycles.cli import CommandError, Parser, add_command, exit_code_table
+from lifecycles.invariants.monitor import capabilities_rule
 from lifecycles.machines.monitor import CODE
 from lifecycles.monitor import (
     DurableTerminalProcessingMonitor,
@@ -66,14 +67,14 @@ EXIT_CODES = (
     (70, "an unexpected error: a bug in lifecycles (`internal_error`)"),
 )
 
-# Codes the monitor raises for the caller's own input: a usage error, not a refusal.
+# What to do about the input codes an ops command can meet (any InputInvalid but
+# `missing` is the caller's own input: a usage error, not a refusal).
 _USAGE_HINTS = {
     CODE + "time_invalid": "--now must be a finite, non-negative number of UNIX seconds",
     CODE + "event_invalid": "EVENT_ID must be an event id as registered (1-256 characters "
                             "of letters, digits, '.', '_', ':', '-')",
     CODE + "capabilities_invalid": "--capabilities must be 64 lowercase hex digits",
 }
-_USAGE_CODES = set(_USAGE_HINTS)
 
 
 def register(subparsers: Any) -> None:
@@ -118,7 +119,7 @@ def _fail(exit_code: int, error: str, message: str) -> CommandError:
 
 
 def _check_capabilities(value: str) -> None:
-    if not (len(value) == 64 and all(c in "0123456789abcdef" for c in value)):
+    if not capabilities_rule.check(value):  # the monitor's own rule, declared once
         raise _fail(
             EXIT_USAGE, "capabilities_invalid",
             "--capabilities must be a SHA-256 in 64 lowercase hex digits: the value the "
@@ -254,7 +255,7 @@ def _inspect_hint(args: argparse.Namespace, event_id: str) -> str:
 
 def _refused(error: TerminalProcessingMonitorBlocked, args: argparse.Namespace) -> CommandError:
     code = error.code
-    if code in _USAGE_CODES or (isinstance(error, InputInvalid) and code != CODE + "missing"):
+    if isinstance(error, InputInvalid) and code != CODE + "missing":
         what = _USAGE_HINTS.get(code, "check the arguments")
         return _fail(EXIT_USAGE, code, f"refused: {code}: {what}")
     if code == CODE + "database_unreachable" and args.db is not None:
