@@ -30,9 +30,9 @@ from lifecycles.monitor import (
     StateInvalid,
     TerminalProcessingMonitorBlocked,
 )
+from lifecycles.monitor_schema import META, TABLE
 
-MONITOR_TABLE = "cms_source_terminal_processing"
-META_TABLE = "cms_source_terminal_processing_meta"
+MONITOR_TABLE, META_TABLE = TABLE, META  # the reference's names, declared in monitor_schema
 
 EXIT_OK = 0
 EXIT_BLOCKED = 1
