@@ -156,9 +156,11 @@ def test_help_says_where_the_capabilities_value_is_found(
 def test_malformed_capabilities_are_a_usage_error(
     database: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    before = database.read_bytes()
     line = run_error(capsys, ["monitor", "health", "--db", str(database),
                               "--capabilities", "ABC"], 2, "capabilities_invalid")
     assert "64 lowercase hex digits" in line
+    assert database.read_bytes() == before
 
 
 def test_a_missing_argument_is_one_usage_line(
@@ -183,9 +185,11 @@ def test_db_and_dsn_exclude_each_other(
 def test_an_invalid_time_or_event_id_is_a_usage_error(
     database: Path, capsys: pytest.CaptureFixture[str], now: str, event_id: str, error: str
 ) -> None:
+    before = database.read_bytes()
     line = run_error(capsys, ["monitor", "status", "--db", str(database), "--capabilities",
                               CAPABILITIES, "--now", now, event_id], 2, error)
     assert error in line
+    assert database.read_bytes() == before
 
 
 def test_a_file_that_is_not_sqlite_exits_6_and_is_untouched(
