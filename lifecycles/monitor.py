@@ -499,24 +499,33 @@ class DurableTerminalProcessingMonitor:
             raise  # the monitor's own refusal, met inside the reader: not the reader's failure
         except Exception as error:  # the reader is foreign code: any failure is recorded
             step = poll_step(lease, error)
-        done = self._finish(claimed.event_id, step)
+        done = self._finish(claimed, step)
         # The outcome is the record the store just wrote: no second read.
         return TerminalProcessingOutcome(
             done.event_id, done.notification_id, str(done.status), done.poll_attempts,
             done.last_error_code,
         )
 
-    def _finish(self, event_id: str, step: PollStep) -> MonitorRecord:
+    def _finish(self, claimed: MonitorRecord, step: PollStep) -> MonitorRecord:
         """Fire the poll's step (:func:`poll_step`, the machine's rule) through the store.
 
-        One transaction: its schema check first (nothing is written into a database
-        altered while the reader ran), then the strict re-read of the leased record
-        under the write lock (a row lost to another worker is ``claim_lost``, a row
-        broken meanwhile ``state_invalid``, as in the reference), then one
+        First on the record as claimed, outside any transaction: the store writes it
+        with one statement that matches the whole record as claimed and the schema as
+        verified, so it succeeds only if nothing changed since the claim. Otherwise one
+        transaction decides as the reference does: its schema check first (nothing is
+        written into a database altered while the reader ran), then the strict re-read
+        of the leased record under the write lock (a row lost to another worker is
+        ``claim_lost``, a row broken meanwhile ``state_invalid``), then one
         compare-and-set write.
         """
-        with _public_errors(self.store), self.store.transaction():
-            return step.fire(self._leased_record(event_id), self._fire_stored)
+        with _public_errors(self.store):
+            try:
+                return step.fire(claimed, lambda trigger, record, inputs: self.store.fire(
+                    record, trigger, inputs))
+            except (StaleRecord, TransitionRefused):
+                pass  # changed since the claim (or refused on it): decide on a fresh read
+            with self.store.transaction():
+                return step.fire(self._leased_record(claimed.event_id), self._fire_stored)
 
     def _fire_stored(
         self, trigger: str, record: MonitorRecord, inputs: MonitorInputs

@@ -41,10 +41,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
+from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines.core import Lease, Lifecycle, LifecycleError, Row, TransitionRefused
 
 R = TypeVar("R")
@@ -56,8 +57,15 @@ class NotLeasable(LifecycleError):
     code = "lifecycles.not_leasable"
 
 
+class LostRace(LifecycleError):
+    """A compare-and-set write found the record changed since it was read (stores raise
+    their ``StaleRecord``, a subclass); nothing was written."""
+
+    code = "lifecycles.stale_record"
+
+
 class LeaseQueries(Protocol[R]):
-    """What the protocol asks of a store: two queries, one write, one transaction."""
+    """What the protocol asks of a store: three queries, one write, one transaction."""
 
     def transaction(self) -> AbstractContextManager[None]: ...
 
@@ -65,7 +73,20 @@ class LeaseQueries(Protocol[R]):
 
     def expired_leases(self, now: float) -> list[R]: ...
 
-    def write(self, before: R, after: R, row: Row) -> None: ...
+    def glance(self, now: float) -> Glance[R] | None: ...
+
+    def put(self, before: R, after: R, row: Row) -> None: ...
+
+    def check_schema(self) -> None: ...
+
+
+@attrs.frozen
+class Glance(Generic[R]):
+    """One read outside any transaction: whether a lease has expired, and the first due
+    record (``None``: nothing is due)."""
+
+    expired: bool
+    first_due: R | None
 
 
 def declared_lease(lifecycle: Lifecycle[Any, Any]) -> Lease:
@@ -185,7 +206,7 @@ def recover_expired(store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs
     rescued: list[R] = []
     for record in store.expired_leases(inputs.now):
         grant = rescue(lifecycle, record, inputs)
-        store.write(grant.before, grant.after, grant.row)
+        store.put(grant.before, grant.after, grant.row)
         rescued.append(grant.after)
     return rescued
 
@@ -194,12 +215,18 @@ def claim(
     store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs: Any,
     on_lease: Callable[[R], None] | None = None,
 ) -> R | None:
-    """In one transaction: rescue expired leases, then lease the first due record.
+    """Rescue expired leases, then lease the first due record, as if in one transaction.
 
-    ``on_lease`` sees the newly leased record inside the same transaction; an
-    exception it raises rolls the whole claim back.
+    First a glance (:func:`claim_at_a_glance`); when it cannot settle the claim, the
+    whole protocol in one store transaction. ``on_lease`` sees the newly leased record
+    inside that transaction (so it always takes the transaction); an exception it
+    raises rolls the whole claim back.
     """
     declared_lease(lifecycle)
+    if on_lease is None:
+        settled = claim_at_a_glance(store, lifecycle, inputs)
+        if settled is not UNSETTLED:
+            return settled  # type: ignore[return-value]  # a record or None, never UNSETTLED
     with store.transaction():
         recover_expired(store, lifecycle, inputs)
         passed_over: frozenset[str] = frozenset()
@@ -210,8 +237,42 @@ def claim(
             if isinstance(decision, PassOver):
                 passed_over |= {decision.key}
                 continue
-            store.write(decision.before, decision.after, decision.row)
+            store.put(decision.before, decision.after, decision.row)
             if on_lease is not None:
                 on_lease(decision.after)
             after: R = decision.after
             return after
+
+
+UNSETTLED = object()
+"""What :func:`claim_at_a_glance` answers when the full protocol must decide."""
+
+
+def claim_at_a_glance(store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs: Any) -> object:
+    """The common claim without a transaction: one read, one compare-and-set write.
+
+    The store's :meth:`~LeaseQueries.glance` says whether any lease has expired and
+    which record is first due. When none has expired there is nothing to rescue, so
+    the claim is the first due record's lease grant, written by a compare-and-set on
+    the whole record as read: it succeeds only if nothing changed in between, which
+    makes it the same as the one-transaction protocol. Nothing due: ``None``, once the
+    schema is confirmed. Anything else (an expired lease, a refused or invalid
+    candidate, a lost race, a store that answers no glance) is :data:`UNSETTLED`.
+    """
+    try:
+        seen = store.glance(inputs.now)
+    except InvariantViolation:
+        return UNSETTLED  # the protocol reads it again, after its own schema check
+    if seen is None or seen.expired:
+        return UNSETTLED
+    decision = decide_claim(lifecycle, seen.first_due, inputs)
+    if decision is None:
+        store.check_schema()  # an empty queue in an altered database is still refused
+        return None
+    if isinstance(decision, PassOver):
+        return UNSETTLED
+    try:
+        store.put(decision.before, decision.after, decision.row)
+    except LostRace:
+        return UNSETTLED  # another writer moved first: the full protocol decides
+    return decision.after

@@ -18,7 +18,8 @@ Guarantees every implementation documents and the conformance suite checks:
   :class:`~lifecycles.invariants.InvariantViolation` with the lifecycle's code.
   Every write checks the invariants first and writes nothing if one fails.
 * **Compare-and-set.** :meth:`Store.write` changes a record only if it still has
-  the status and lease token the caller read; otherwise it raises
+  the status and lease token the caller read (outside a transaction: only if it is
+  still exactly the record the caller read); otherwise it raises
   :class:`StaleRecord` and changes nothing. A worker whose lease was taken over can
   never overwrite the new owner.
 * **Idempotent creation.** :meth:`Store.insert` of a key that exists writes nothing
@@ -45,7 +46,7 @@ import attrs
 from lifecycles.invariants.core import InvariantViolation, build_record
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lease, Lifecycle, LifecycleError, Row
-from lifecycles.machines.lease import NotLeasable
+from lifecycles.machines.lease import Glance, LostRace, NotLeasable
 
 R = TypeVar("R")
 I = TypeVar("I")  # noqa: E741
@@ -57,7 +58,7 @@ class StoreError(LifecycleError):
     code = "lifecycles.store_error"
 
 
-class StaleRecord(StoreError):
+class StaleRecord(StoreError, LostRace):
     """A compare-and-set write found the record changed since it was read."""
 
     code = "lifecycles.stale_record"
@@ -115,7 +116,7 @@ class LeasingStore(Protocol[R]):
 
     def transaction(self) -> AbstractContextManager[None]: ...
 
-    def write(self, before: R, after: R, row: Row) -> None: ...
+    def put(self, before: R, after: R, row: Row) -> None: ...
 
     def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None:
         """The claimable record due at ``now`` that is first in the lease order.
@@ -128,6 +129,16 @@ class LeasingStore(Protocol[R]):
     def expired_leases(self, now: float) -> list[R]:
         """Leased records whose lease has expired at ``now``."""
         ...
+
+    def glance(self, now: float) -> Glance[R] | None:
+        """Outside any transaction, in one read: whether any lease has expired at ``now``,
+        and the first due record; ``None`` when the store offers no such read (every
+        claim then takes a transaction). :meth:`put` outside a transaction must then
+        match the whole record, so that a claim decided on the glance is written only
+        if nothing changed since."""
+        ...
+
+    def check_schema(self) -> None: ...
 
     def count_due(self, now: float) -> int:
         """Claimable records that are due at ``now``."""
@@ -168,12 +179,27 @@ class Store(ABC, Generic[R]):
     def insert(self, record: R) -> R:
         """Store a new record, or return the existing one under its key unchanged."""
 
-    @abstractmethod
     def write(self, before: R, after: R, row: Row) -> None:
         """Compare-and-set: replace ``before`` by ``after``, writing only ``row``'s fields.
 
-        Matches on key, ``before``'s status and (for leased lifecycles) its lease
-        token; raises :class:`StaleRecord` and changes nothing otherwise.
+        ``after`` is checked against every invariant first; then :meth:`put` writes it.
+        """
+        self.lifecycle.check(after)
+        self.put(before, after, row)
+
+    @abstractmethod
+    def put(self, before: R, after: R, row: Row) -> None:
+        """:meth:`write` for an ``after`` that has already passed every invariant (the
+        record :meth:`Lifecycle.apply_row` returns): the invariants are checked once
+        per write, not again here.
+
+        Inside a transaction, matches on key, ``before``'s status and (for leased
+        lifecycles) its lease token: ``before`` was read under the transaction's lock.
+        Outside one, ``put`` is a transaction of its own and matches the whole record:
+        a record can leave a status and come back to it with the same empty token
+        (watching, leased, watching), so only full equality proves that nothing changed
+        since ``before`` was read. Raises :class:`StaleRecord` and changes nothing
+        otherwise.
         """
 
     @abstractmethod
@@ -204,8 +230,8 @@ class Store(ABC, Generic[R]):
     def fire(self, record: R, trigger: str, inputs: Any) -> R:
         """Fire ``trigger`` on ``record`` (already read in this transaction) and write it."""
         row = self.lifecycle.select_row(trigger, record, inputs)
-        after = self.lifecycle.apply_row(row, record, inputs)
-        self.write(record, after, row)
+        after = self.lifecycle.apply_row(row, record, inputs)  # checks every invariant
+        self.put(record, after, row)
         return after
 
     def leasing(self) -> LeasingStore[R]:
@@ -219,6 +245,10 @@ class Store(ABC, Generic[R]):
         if not answers:
             raise NotLeasable(f"{kind.__name__} answers no lease queries")
         return self  # type: ignore[return-value]  # checked just above
+
+    def glance(self, now: float) -> Glance[R] | None:
+        """None by default: every claim takes a transaction (see :class:`LeasingStore`)."""
+        return None
 
     def recover_expired(self, inputs: Any) -> list[R]:
         """Fire the lease-expiry trigger on every expired lease; returns the new records

@@ -31,16 +31,20 @@ class MemoryStore(Store[R]):
         self.lifecycle = lifecycle
         self._records: dict[str, R] = {}
         self._lock = threading.RLock()
+        self._depth = 0
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
         with self._lock:
             snapshot = dict(self._records)
+            self._depth += 1
             try:
                 yield
             except BaseException:
                 self._records = snapshot
                 raise
+            finally:
+                self._depth -= 1
 
     def get(self, key: str) -> R | None:
         record = self._records.get(key)
@@ -55,23 +59,32 @@ class MemoryStore(Store[R]):
             self._records[key] = self.lifecycle.check(record)
             return record
 
-    def write(self, before: R, after: R, row: Row) -> None:
+    def put(self, before: R, after: R, row: Row) -> None:
         key = self.lifecycle.key_of(before)
+        alone = not self._depth  # outside a transaction: the whole record must match
         with self.transaction():
             current = self._records.get(key)
             if (
                 current is None
+                or (alone and current != before)
                 or self.lifecycle.status_of(current) != self.lifecycle.status_of(before)
                 or self.token_of(current) != self.token_of(before)
             ):
                 raise StaleRecord(f"{key} changed since it was read")
-            self._records[key] = self.lifecycle.check(after)
+            self._records[key] = after
 
     # -- the lease queries: the protocol's own pure answers over the records held ----
 
     def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None:
         due = lease.first_due(self.lifecycle, self._records.values(), now, exclude)
         return None if due is None else self.lifecycle.check(due)
+
+    def glance(self, now: float) -> lease.Glance[R]:
+        with self.transaction():
+            return lease.Glance(
+                bool(lease.expired(self.lifecycle, self._records.values(), now)),
+                self.next_due(now),
+            )
 
     def expired_leases(self, now: float) -> list[R]:
         return [

@@ -147,6 +147,19 @@ class PostgresDialect(Dialect):
             (schema.table, binding.meta_table),
         )
 
+    def catalogue_guard(self, schema: SQLSchema) -> str:
+        guard = f"{_COLUMNS_OF} = %s::text[]"
+        return guard if schema.binding is None else f"{guard} AND {guard}"
+
+    def catalogue_params(self, schema: SQLSchema, token: object) -> list[Any]:
+        watched = [(schema.table, schema.columns)]
+        if schema.binding is not None:
+            watched.append((schema.binding.meta_table, schema.binding.meta_columns))
+        params: list[Any] = []
+        for table, columns in watched:
+            params += [table, [f"{c.name} {self.type_names[c.kind]}" for c in columns]]
+        return params
+
     def read_probe(self, schema: SQLSchema, rows: list[tuple[Any, ...]]) -> object:
         # A dropped or renamed table fails the statement itself (UndefinedTable), which
         # driver_error reports as schema_altered too.
@@ -214,6 +227,17 @@ class PostgresStore(SQLStore[R]):
 
     def autocommits(self) -> bool:
         return bool(self.connection.autocommit)
+
+    def alone(self, statement: str, params: Sequence[Any]) -> int:
+        if not self.connection.autocommit:
+            return super().alone(statement, params)
+        with self.driver_errors():
+            if self.connection.info.transaction_status != TransactionStatus.IDLE:
+                raise TransactionNested(
+                    "the connection is already in a transaction",
+                    code=self.schema.error("transaction_nested"),
+                )
+            return self.change(statement, params)
 
     def statement_savepoint(self) -> AbstractContextManager[Any]:
         # A failed statement aborts the whole transaction in PostgreSQL; when the

@@ -206,6 +206,10 @@ class Dialect(ABC):
     type_names: ClassVar[dict[str, str]]
     #: Appended to text columns: code-point order, so key order is the same everywhere.
     collation: ClassVar[str] = ""
+    #: Whether a claim may first glance outside a transaction (see ``SQLStore.glance``):
+    #: where writers serialise on the whole database anyway, a lost race is rare and
+    #: cheap; where workers claim side by side with row locks, the transaction is better.
+    glances: ClassVar[bool] = False
 
     @abstractmethod
     def quote(self, identifier: str) -> str:
@@ -236,6 +240,34 @@ class Dialect(ABC):
     def read_probe(self, schema: SQLSchema, rows: list[tuple[Any, ...]]) -> object:
         """Raise ``schema_altered`` when the probe shows a change; else a version token:
         when it differs from the last one, the store runs the whole check again."""
+
+    @abstractmethod
+    def catalogue_guard(self, schema: SQLSchema) -> str:
+        """A condition that holds exactly while the probe would still answer the token
+        :meth:`catalogue_params` binds and find the schema as verified: written into a
+        statement that runs outside a transaction, so it changes nothing in an altered
+        database."""
+
+    @abstractmethod
+    def catalogue_params(self, schema: SQLSchema, token: object) -> list[Any]:
+        """The parameters of :meth:`catalogue_guard` for the probe's last ``token``."""
+
+    def meta_guard(self, schema: SQLSchema) -> tuple[str, list[Any]]:
+        """A condition that holds exactly while the meta table holds the binding's rows."""
+        binding = schema.binding
+        if binding is None:
+            return "", []
+        table = self.quote(binding.meta_table)
+        clauses = [f"(SELECT count(*) FROM {table}) = {len(binding.meta_rows)}"]
+        params: list[Any] = []
+        for row in binding.meta_rows:
+            match = " AND ".join(
+                f"{self.quote(column.name)} {self.null_safe_equal} {self.param}"
+                for column in binding.meta_columns
+            )
+            clauses.append(f"EXISTS (SELECT 1 FROM {table} WHERE {match})")
+            params.extend(row)
+        return " AND ".join(clauses), params
 
     def codec(self, column: Column) -> tuple[Codec, Codec]:
         """How values of ``column`` are encoded into and decoded out of the database."""
@@ -362,6 +394,14 @@ class SQLStore(Store[R], ABC):
     @abstractmethod
     def tables_present(self, names: Sequence[str]) -> set[str]: ...
 
+    def alone(self, statement: str, params: Sequence[Any]) -> int:
+        """Run one writing statement as a transaction of its own (committed, as durable as
+        any transaction, when it returns); how many rows it changed. The default opens a
+        store transaction around it; a driver that can autocommit one statement saves
+        the ``BEGIN``, the probe and the ``COMMIT``."""
+        with self.transaction():
+            return self.change(statement, params)
+
     def lock_schema(self) -> None:
         """Serialise schema creation between stores opening at once (the transaction
         itself does it where it locks the database)."""
@@ -387,6 +427,7 @@ class SQLStore(Store[R], ABC):
         key, status = quote(lifecycle.key_field), quote(lifecycle.status_field)
         listed = ", ".join(map(quote, self.schema.column_names))
         self._key = key
+        self._key_at = self.schema.column_names.index(lifecycle.key_field)
         self._select = f"SELECT {listed} FROM {table}"
         self._get = f"{self._select} WHERE {key} = {p}"
         # A key already stored is not an error: the stored record is returned instead.
@@ -398,14 +439,25 @@ class SQLStore(Store[R], ABC):
         self._count_by_status = f"SELECT {status}, count(*) FROM {table} GROUP BY {status}"
         lease = lifecycle.lease
         token = f" AND {quote(lease.token_field)} {d.null_safe_equal} {p}" if lease else ""
+        # Outside a transaction nothing was read under a lock: the write matches the whole
+        # record as it was read, and the schema as it was verified (see ``put``).
+        whole = " AND ".join(
+            f"{quote(name)} {d.null_safe_equal} {p}" for name in self.schema.column_names
+        )
+        meta, self._meta_params = d.meta_guard(self.schema)
         # One compare-and-set UPDATE per table row: it writes exactly the row's fields.
         self._updates: dict[Row, tuple[str, tuple[str, ...]]] = {}
+        self._alone_updates: dict[Row, str] = {}
         for row in lifecycle.rows:
             fields = lifecycle.writes(row)
             assignments = ", ".join(f"{quote(name)} = {p}" for name in fields)
             self._updates[row] = (
                 f"UPDATE {table} SET {assignments} WHERE {key} = {p} AND {status} = {p}{token}",
                 fields,
+            )
+            self._alone_updates[row] = (
+                f"UPDATE {table} SET {assignments} WHERE {whole}"
+                f" AND {d.catalogue_guard(self.schema)}" + (f" AND {meta}" if meta else "")
             )
         if lease is None:
             return
@@ -424,6 +476,12 @@ class SQLStore(Store[R], ABC):
         # Where rows are locked, in claim order: recoveries running at once share the work.
         locked = f" ORDER BY {order}{d.skip_locked}" if d.skip_locked else ""
         self._expired = f"{self._select} WHERE {expired}{locked}"
+        # The glance: whether any lease has expired, beside the first due record (if any).
+        listed_c = ", ".join(f"c.{quote(name)}" for name in self.schema.column_names)
+        self._glance = (
+            f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {expired}), {listed_c}"
+            f" FROM (SELECT 1) AS one LEFT JOIN ({self._due[0]}{self._due[1]}) AS c ON TRUE"
+        )
         self._count_due = f"SELECT count(*) FROM {table} WHERE {due}"
         self._count_expired = f"SELECT count(*) FROM {table} WHERE {expired}"
 
@@ -499,6 +557,16 @@ class SQLStore(Store[R], ABC):
         rows = self._fetch(where + left_out + order, [now, *params])
         return self._decode(rows[0]) if rows else None
 
+    def glance(self, now: float) -> lease_protocol.Glance[R] | None:
+        """One statement outside any transaction, where the dialect :attr:`~Dialect.glances`
+        and no transaction is open (inside one, the protocol's own queries are as cheap)."""
+        self._lease()
+        if not self.dialect.glances or self._depth or not self._verified:
+            return None
+        ((expired, *first),) = self._fetch(self._glance, (now, now))
+        due = None if first[self._key_at] is None else self._decode(first)
+        return lease_protocol.Glance(bool(expired), due)
+
     def expired_leases(self, now: float) -> list[R]:
         self._lease()
         return [self._decode(row) for row in self._fetch(self._expired, (now,))]
@@ -546,19 +614,28 @@ class SQLStore(Store[R], ABC):
                 raise StaleRecord(f"{key} vanished while it was being inserted")
             return existing
 
-    def write(self, before: R, after: R, row: Row) -> None:
-        self.lifecycle.check(after)
+    def put(self, before: R, after: R, row: Row) -> None:
+        """Inside a transaction, compare-and-set on key, status and lease token (the record
+        was read under the transaction's lock); outside one, a statement of its own that
+        matches the whole record as read and the schema as verified, so a record read
+        outside any transaction is written only if nothing changed it since."""
         statement, fields = self._updates[row]
-        params = [
-            *self._encode(after, fields),
-            self.lifecycle.key_of(before),
-            str(self.lifecycle.status_of(before)),
-        ]
-        if self.lifecycle.lease is not None:
-            params.append(self.token_of(before))
-        with self.transaction():
-            if self.change(statement, params) != 1:
-                raise StaleRecord(f"{self.lifecycle.key_of(before)} changed since it was read")
+        values = self._encode(after, fields)
+        if self._depth:
+            params = [*values, self.lifecycle.key_of(before), str(self.lifecycle.status_of(before))]
+            if self.lifecycle.lease is not None:
+                params.append(self.token_of(before))
+            changed = self.change(statement, params)
+        else:
+            changed = self.alone(self._alone_updates[row], [
+                *values, *self._encode(before, self.schema.column_names),
+                *self.dialect.catalogue_params(self.schema, self._probe_token),
+                *self._meta_params,
+            ])
+            if changed == 0:
+                self.check_schema()  # an altered schema is refused as such, not as a race
+        if changed != 1:
+            raise StaleRecord(f"{self.lifecycle.key_of(before)} changed since it was read")
 
     def driver_error(self, error: Exception) -> StoreError | None:  # see the subclasses
         return None

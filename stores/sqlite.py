@@ -59,6 +59,7 @@ class SQLiteDialect(Dialect):
 
     name = "sqlite"
     param = "?"
+    glances = True
     null_safe_equal = "IS"
     collation = ""
     # For DDL a schema writes itself (the monitor's); derived tables stay untyped.
@@ -107,6 +108,12 @@ class SQLiteDialect(Dialect):
             f" LEFT JOIN {self.quote(binding.meta_table)} AS m",
             (),
         )
+
+    def catalogue_guard(self, schema: SQLSchema) -> str:
+        return "(SELECT schema_version FROM pragma_schema_version) = ?"
+
+    def catalogue_params(self, schema: SQLSchema, token: object) -> list[Any]:
+        return [token]
 
     def read_probe(self, schema: SQLSchema, rows: list[tuple[Any, ...]]) -> object:
         expected = schema.binding.meta_rows if schema.binding else [()]
@@ -159,6 +166,23 @@ class SQLiteStore(SQLStore[R]):
             if self.connection.in_transaction:
                 self.connection.rollback()
             raise
+
+    def alone(self, statement: str, params: Sequence[Any]) -> int:
+        # SQLite runs a statement outside a transaction as a transaction of its own;
+        # sqlite3 would open one implicitly before an UPDATE, so it is told not to, for
+        # this statement only (no transaction is open: setting the level commits none).
+        connection = self.connection
+        if connection.in_transaction:
+            raise TransactionNested(
+                "the connection is already in a transaction",
+                code=self.schema.error("transaction_nested"),
+            )
+        level = connection.isolation_level
+        connection.isolation_level = None
+        try:
+            return int(connection.execute(statement, params).rowcount)
+        finally:
+            connection.isolation_level = level
 
     def run(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         cursor = self.connection.cursor()

@@ -287,14 +287,16 @@ class FilesStore(Store[R], FilesExtension[R]):
             staged[key] = _Staged(record, None)
             return record
 
-    def write(self, before: R, after: R, row: Row) -> None:
+    def put(self, before: R, after: R, row: Row) -> None:
         key = self.lifecycle.key_of(before)
+        alone = self._staged is None  # outside a transaction: the whole record must match
         with self.transaction():
             found = self._unchanged_on_disk(key, before) or self._locate(
                 key, prefer=str(self.lifecycle.status_of(before))
             )
             if (
                 found is None
+                or (alone and found[0] != before)
                 or self.lifecycle.status_of(found[0]) != self.lifecycle.status_of(before)
                 or self.token_of(found[0]) != self.token_of(before)
             ):
@@ -302,7 +304,6 @@ class FilesStore(Store[R], FilesExtension[R]):
             current, on_disk = found
             if after == current:
                 return  # an effect-free self-loop: nothing to write
-            self.lifecycle.check(after)
             staged = self._staged
             assert staged is not None
             previous = staged.get(key)

@@ -43,16 +43,37 @@ def leased(i: int, now: float, token: str) -> Any:
 
 
 class Answers:
-    """The lease queries over a dict, and a log of what the protocol asked and wrote."""
+    """The lease queries over a dict, and a log of what the protocol asked and wrote.
 
-    def __init__(self, records: list[Any]) -> None:
+    ``glancing``: it answers :meth:`glance` (else ``None``, as a store without one);
+    ``races``: that many writes outside a transaction lose a race (``StaleRecord``).
+    """
+
+    def __init__(self, records: list[Any], *, glancing: bool = False, races: int = 0) -> None:
         self.records = {MONITOR.key_of(r): r for r in records}
         self.asked: list[frozenset[str]] = []
         self.written: list[str] = []
+        self.glancing, self.races = glancing, races
+        self.transactions = self.schema_checks = 0
+        self._depth = 0
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        yield
+        self.transactions += 1
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+
+    def glance(self, now: float) -> lease.Glance[Any] | None:
+        if not self.glancing:
+            return None
+        expired = bool(lease.expired(MONITOR, self.records.values(), now))
+        return lease.Glance(expired, lease.first_due(MONITOR, self.records.values(), now))
+
+    def check_schema(self) -> None:
+        self.schema_checks += 1
 
     def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> Any:
         self.asked.append(exclude)
@@ -61,7 +82,10 @@ class Answers:
     def expired_leases(self, now: float) -> list[Any]:
         return lease.expired(MONITOR, self.records.values(), now)
 
-    def write(self, before: Any, after: Any, row: Row) -> None:
+    def put(self, before: Any, after: Any, row: Row) -> None:
+        if not self._depth and self.races:
+            self.races -= 1
+            raise StaleRecord("another worker moved first")
         self.written.append(f"{row.trigger}:{MONITOR.key_of(before)}")
         self.records[MONITOR.key_of(after)] = after
 
@@ -195,3 +219,48 @@ def test_on_lease_sees_the_grant_and_its_failure_propagates() -> None:
     answers = Answers([record(1, created=1.0)])
     granted = lease.claim(answers, MONITOR, claim_inputs(100.0, "t1"), on_lease=seen.append)
     assert seen == [granted]
+
+
+# --- the glance: a claim without a transaction, when nothing needs rescuing ----------
+
+
+def test_a_glance_with_nothing_expired_claims_with_one_write_and_no_transaction() -> None:
+    answers = Answers([record(2, created=20.0), record(1, created=10.0)], glancing=True)
+    granted = lease.claim(answers, MONITOR, claim_inputs(100.0, "t1"))
+    assert granted is not None and granted.event_id == "e1" and granted.lease_token == "t1"
+    assert (answers.written, answers.transactions, answers.asked) == (["claim:e1"], 0, [])
+
+
+def test_a_glance_that_sees_an_expired_lease_leaves_the_claim_to_the_transaction() -> None:
+    answers = Answers([leased(1, 100.0, "t1"), record(2, created=20.0)], glancing=True)
+    granted = lease.claim(answers, MONITOR, claim_inputs(200.0, "t2"))
+    assert answers.transactions == 1
+    assert answers.written[0] == "expire_lease:e1"  # rescued first, as the protocol says
+    assert granted is not None and answers.written[-1] == f"claim:{granted.event_id}"
+
+
+def test_a_glance_that_loses_the_race_leaves_the_claim_to_the_transaction() -> None:
+    answers = Answers([record(1, created=10.0)], glancing=True, races=1)
+    granted = lease.claim(answers, MONITOR, claim_inputs(100.0, "t1"))
+    assert granted is not None and answers.transactions == 1 and answers.written == ["claim:e1"]
+
+
+def test_a_glance_at_an_empty_queue_checks_the_schema_and_claims_nothing() -> None:
+    answers = Answers([record(1, created=500.0)], glancing=True)  # not yet due
+    assert lease.claim(answers, MONITOR, claim_inputs(100.0, "t1")) is None
+    assert (answers.schema_checks, answers.transactions, answers.written) == (1, 0, [])
+
+
+def test_a_glance_at_a_refused_candidate_leaves_the_passing_over_to_the_transaction() -> None:
+    spent = attrs.evolve(record(0, created=1.0, max_failures=1), failures=1)
+    answers = Answers([spent, record(9, created=50.0)], glancing=True)
+    granted = lease.claim(answers, MONITOR, claim_inputs(100.0, "t1"))
+    assert granted is not None and granted.event_id == "e9" and answers.transactions == 1
+    assert answers.asked == [frozenset(), frozenset({"e0"})]
+
+
+def test_a_claim_with_on_lease_never_glances() -> None:
+    answers = Answers([record(1, created=10.0)], glancing=True)
+    seen: list[Any] = []
+    granted = lease.claim(answers, MONITOR, claim_inputs(100.0, "t1"), on_lease=seen.append)
+    assert seen == [granted] and answers.transactions == 1

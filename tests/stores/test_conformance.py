@@ -409,3 +409,57 @@ def test_on_lease_sees_each_grant_and_its_failure_undoes_the_claim(
     assert snapshot(store) == before
     assert store.count_due(200.0) == 1
     assert lifecycle.key_of(granted) == lifecycle.key_of(driver.new(1))
+
+
+def cycled(driver: Driver, store: Store[Any], read: Any, at: float) -> tuple[Any, float]:
+    """``read`` claimed and its lease rescued: back in a claimable status, no token."""
+    lifecycle = driver.lifecycle
+    assert driver.claim is not None and lifecycle.lease is not None
+    leased = store.claim(driver.claim(at, f"cycle-{at}"))
+    assert leased is not None and lifecycle.key_of(leased) == lifecycle.key_of(read)
+    expiry = float(getattr(leased, lifecycle.lease.expires_field))
+    (rescued,) = store.recover_expired(driver.claim(expiry, "rescuer"))
+    return rescued, expiry
+
+
+@pytest.mark.parametrize(("driver", "kind"), LEASED)
+def test_a_write_outside_a_transaction_matches_the_whole_record(
+    driver: Driver, kind: StoreKind, opened: Opened
+) -> None:
+    """Status and token came back as they were (claimed, rescued, twice); the record did not."""
+    store, lifecycle = opened.store, driver.lifecycle
+    store.insert(driver.new(0))
+    once, at = cycled(driver, store, driver.new(0), 200.0)
+    twice, at = cycled(driver, store, once, at)
+    assert lifecycle.status_of(twice) == lifecycle.status_of(once)
+    assert store.token_of(twice) is None and store.token_of(once) is None and twice != once
+    before = snapshot(store)
+    assert driver.claim is not None
+    inputs = driver.claim(at, "late")
+    row = lifecycle.select_row(lifecycle.lease.trigger, once, inputs)  # type: ignore[union-attr]
+    with pytest.raises(StaleRecord):
+        store.write(once, lifecycle.apply_row(row, once, inputs), row)
+    assert snapshot(store) == before
+    store.write(twice, lifecycle.apply_row(row, twice, inputs), row)  # the current one is written
+
+
+@pytest.mark.parametrize(("driver", "kind"), LEASED)
+def test_a_glance_answers_what_the_protocol_would_over_the_stored_records(
+    driver: Driver, kind: StoreKind, opened: Opened
+) -> None:
+    from lifecycles.machines import lease
+
+    store, lifecycle = opened.store, driver.lifecycle
+    assert driver.creation_time is not None
+    for i in (0, 1, 2):
+        store.insert(driver.new(i))
+    first = claim(driver, store, 200.0, "t1")
+    expiry = float(getattr(first, lifecycle.lease.expires_field))  # type: ignore[union-attr]
+    for now in (driver.creation_time(2) - 1, driver.creation_time(1), 200.0, expiry):
+        seen = store.glance(now)
+        if seen is None:  # a store that offers no glance: every claim takes a transaction
+            assert kind.name != "memory" and not kind.name.startswith("sqlite"), kind.name
+            continue
+        records = list(store.scan())
+        assert seen == lease.Glance(bool(lease.expired(lifecycle, records, now)),
+                                    lease.first_due(lifecycle, records, now))

@@ -79,8 +79,8 @@ def test_the_fixed_monitor_passes_the_same_run() -> None:
 class LosingStore(MemoryStore[MonitorRecord]):
     """Drops a record once a worker gives up its lease: what a lost-record check is for."""
 
-    def write(self, before: MonitorRecord, after: MonitorRecord, row: Row) -> None:
-        super().write(before, after, row)
+    def put(self, before: MonitorRecord, after: MonitorRecord, row: Row) -> None:
+        super().put(before, after, row)
         if before.status == "leased":
             del self._records[after.event_id]
 
@@ -88,9 +88,9 @@ class LosingStore(MemoryStore[MonitorRecord]):
 class ForgetfulStore(MemoryStore[MonitorRecord]):
     """Acknowledges retry writes without keeping them: store and machine disagree."""
 
-    def write(self, before: MonitorRecord, after: MonitorRecord, row: Row) -> None:
+    def put(self, before: MonitorRecord, after: MonitorRecord, row: Row) -> None:
         if row.trigger != "expire_lease":
-            super().write(before, after, row)
+            super().put(before, after, row)
 
 
 @pytest.mark.parametrize(
