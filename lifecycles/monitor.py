@@ -28,12 +28,11 @@ import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from lifecycles.invariants.core import (
     FieldRule,
     FieldRuleViolation,
-    InvariantViolation,
     canonical_json,
 )
 from lifecycles.invariants.monitor import (
@@ -49,10 +48,7 @@ from lifecycles.invariants.monitor import (
     lease_duration,
     notification_rules_broken,
     reader_rule,
-    sha256_hex,
-    terminal_status,
     time,
-    token,
     worker_id_rule,
 )
 from lifecycles.invariants.monitor import (
@@ -72,8 +68,20 @@ from lifecycles.machines.monitor import (
     poll_step,
     read_answer,
 )
+from lifecycles.monitor_errors import (
+    RULE_CODES,
+    InputInvalid,
+    LeaseLost,
+    StateInvalid,
+    StorageBlocked,
+    TerminalProcessingMonitorBlocked,
+    blocked,
+    public_errors,
+    refused,
+    unique_is_collision,
+)
 from lifecycles.monitor_schema import MonitorSchema, open_monitor_store
-from lifecycles.stores.base import StaleRecord, Store, StoreError, UniqueViolation
+from lifecycles.stores.base import StaleRecord
 from lifecycles.stores.sql import SQLStore
 
 SCHEMA_VERSION = MonitorSchema.VERSION
@@ -81,112 +89,6 @@ SCHEMA_VERSION = MonitorSchema.VERSION
 STATUSES = tuple(status.value for status in MonitorStatus)
 REMOTE_STATUSES = tuple(status.value for status in ReceiverStatus)
 TERMINAL_STATUSES = set(_TERMINAL_STATUSES)
-
-
-# --- errors --------------------------------------------------------------------
-
-
-class TerminalProcessingMonitorBlocked(RuntimeError):
-    """Stable, content-free processing-observation failure; match on ``code``.
-
-    ``TerminalProcessingMonitorBlocked(code)`` builds the base class, as before.
-    Raised errors are instances of a family subclass (``InputInvalid``,
-    ``StateInvalid``, ``LeaseLost``, ``StorageBlocked``) so callers can also catch
-    a family; :func:`blocked` maps a code to its family.
-    """
-
-    family_codes: ClassVar[frozenset[str]] = frozenset()
-    _by_code: ClassVar[dict[str, type[TerminalProcessingMonitorBlocked]]] = {}
-
-    def __init__(self, code: str):
-        super().__init__(code)
-        self.code = code
-
-    def __init_subclass__(cls, codes: frozenset[str] = frozenset(), **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.family_codes = frozenset(CODE + name for name in codes)
-        for code in cls.family_codes:
-            TerminalProcessingMonitorBlocked._by_code[code] = cls
-
-
-class InputInvalid(
-    TerminalProcessingMonitorBlocked,
-    codes=frozenset({
-        "capabilities_invalid", "poll_interval_invalid", "delay_invalid", "time_invalid",
-        "max_failures_invalid", "notification_invalid", "worker_invalid", "lease_invalid",
-        "reader_invalid", "event_invalid", "idempotency_collision", "missing",
-    }),
-):
-    """The caller's input was refused; nothing was changed."""
-
-
-class StateInvalid(TerminalProcessingMonitorBlocked, codes=frozenset({"state_invalid"})):
-    """A stored record breaks a named rule; ``rules`` names them, ``event_ids`` the
-    stored records found broken (empty when the record was not yet stored)."""
-
-    def __init__(self, code: str, rules: tuple[str, ...] = (), event_ids: tuple[str, ...] = ()):
-        super().__init__(code)
-        self.rules = rules
-        self.event_ids = event_ids
-
-
-class LeaseLost(
-    TerminalProcessingMonitorBlocked,
-    codes=frozenset({"claim_lost", "lease_expired", "completion_lost", "failure_lost"}),
-):
-    """This worker no longer holds the lease it acted on; nothing was changed."""
-
-
-class StorageBlocked(
-    TerminalProcessingMonitorBlocked,
-    codes=frozenset({
-        "schema_altered", "legacy_unbound", "database_integrity", "transaction_nested",
-        "database_unreachable",
-    }),
-):
-    """The database cannot be used as it is; nothing was changed."""
-
-
-def blocked(
-    code: str, rules: tuple[str, ...] = (), event_ids: tuple[str, ...] = ()
-) -> TerminalProcessingMonitorBlocked:
-    """The error for ``code``, as an instance of its family."""
-    family = TerminalProcessingMonitorBlocked._by_code.get(code, TerminalProcessingMonitorBlocked)
-    if family is StateInvalid:
-        return StateInvalid(code, rules, event_ids)
-    return family(code)
-
-
-@contextmanager
-def _public_errors(store: Store[Any] | None = None) -> Iterator[None]:
-    """Translate engine and store errors into the facade's one exception type.
-
-    With ``store``, an exception of its database driver becomes the store error it
-    means (:meth:`Store.driver_error`), so no ``sqlite3`` or ``psycopg`` exception
-    leaves a public method.
-    """
-    try:
-        yield
-    except InvariantViolation as error:
-        raise blocked(error.code, error.rules, error.keys) from error
-    except StaleRecord as error:
-        raise blocked(CODE + "claim_lost") from error
-    except (TransitionRefused, StoreError) as error:
-        raise blocked(error.code) from error
-    except Exception as error:
-        meant = None if store is None else store.driver_error(error)
-        if meant is None:
-            raise
-        raise blocked(meant.code) from error
-
-
-@contextmanager
-def _unique_is_collision() -> Iterator[None]:
-    """Another event already holds this notification_id: a collision, not a crash."""
-    try:
-        yield
-    except UniqueViolation as error:
-        raise blocked(CODE + "idempotency_collision") from error
 
 
 # --- returned values -----------------------------------------------------------
@@ -273,35 +175,6 @@ class MonitorRow:
         return f"<MonitorRow {self['event_id']} {self['status']}>"
 
 
-# --- input checks: a broken rule's name -> its public code, in one table ----------
-
-# Every rule is declared once (lifecycles.invariants.monitor, machines.monitor's
-# RetryPolicy); an argument checked by several rules maps each to its one code.
-RULE_CODES: Mapping[str, str] = {
-    time.name: "time_invalid",  # every `now`, and a duration that is no time at all
-    capabilities_rule.name: "capabilities_invalid",
-    "poll_interval_bounds": "poll_interval_invalid",
-    "delay_bounds": "delay_invalid",
-    "base_delay_within_max_delay": "delay_invalid",
-    failure_bound.name: "max_failures_invalid",
-    lease_duration.name: "lease_invalid",
-    worker_id_rule.name: "worker_invalid",
-    event_id_rule.name: "event_invalid",
-    reader_rule.name: "reader_invalid",
-    # A notification is refused whole, whichever of its rules it breaks.
-    **dict.fromkeys((
-        "notification_is_object", "notification_readable", "notification_fields_exact",
-        "notification_schema_is_notification_schema", token.name, terminal_status.name,
-        sha256_hex.name, "notification_json", "notification_digest_matches",
-    ), "notification_invalid"),
-}
-
-
-def refused(rule: str) -> TerminalProcessingMonitorBlocked:
-    """The public error for an argument that breaks ``rule`` (:data:`RULE_CODES`)."""
-    return blocked(CODE + RULE_CODES[rule])
-
-
 def _checked(rule: FieldRule, value: Any) -> Any:
     if not rule.check(value):
         raise refused(rule.name)
@@ -366,7 +239,7 @@ class DurableTerminalProcessingMonitor:
         self.policy = RetryPolicy(
             self.poll_interval_seconds, self.base_delay_seconds, self.max_delay_seconds
         )
-        with _public_errors():
+        with public_errors():
             self.store = _open_store(connection, capabilities)
 
     # -- the database under the monitor ---------------------------------------------
@@ -388,7 +261,7 @@ class DurableTerminalProcessingMonitor:
 
     def _check_schema(self) -> None:
         """One cheap query: refuse when another connection altered the schema or meta row."""
-        with _public_errors(self.store):
+        with public_errors(self.store):
             self.store.check_schema()
 
     # -- registering ------------------------------------------------------------
@@ -407,7 +280,7 @@ class DurableTerminalProcessingMonitor:
             record = self._notification_record(
                 notification, notification_sha256, max_failures, moment
             )
-        with _public_errors(self.store), _unique_is_collision():
+        with public_errors(self.store), unique_is_collision():
             stored = self.store.insert(MONITOR.create(record))
             if stored is not record:  # already registered: the table's register row decides
                 MONITOR.fire("register", stored, MonitorInputs(now=moment, registration=record))
@@ -470,7 +343,7 @@ class DurableTerminalProcessingMonitor:
             now=moment, policy=self.policy, worker_id=worker_id,
             lease_token=new_lease_token(), lease_seconds=seconds,
         )
-        with _public_errors(self.store):
+        with public_errors(self.store):
             return self.store.claim(inputs)  # its transaction checks the schema first
 
     def run_once(
@@ -518,7 +391,7 @@ class DurableTerminalProcessingMonitor:
         ``claim_lost``, a row broken meanwhile ``state_invalid``), then one
         compare-and-set write.
         """
-        with _public_errors(self.store):
+        with public_errors(self.store):
             try:
                 return step.fire(claimed, lambda trigger, record, inputs: self.store.fire(
                     record, trigger, inputs))
@@ -551,7 +424,7 @@ class DurableTerminalProcessingMonitor:
         return self._stored_status(key, _time(now))
 
     def _stored_status(self, event_id: str, now: float) -> TerminalProcessingStatus:
-        with _public_errors(self.store):
+        with public_errors(self.store):
             record = self.store.get(event_id)
         if record is None:
             raise blocked(CODE + "missing")
@@ -559,7 +432,7 @@ class DurableTerminalProcessingMonitor:
 
     def health(self, *, now: float | int) -> TerminalProcessingHealth:
         moment = _time(now)  # before the schema, as in the reference
-        with _public_errors(self.store):
+        with public_errors(self.store):
             self.store.check_schema()
             if self.store.integrity_problems():
                 raise blocked(CODE + "database_integrity")

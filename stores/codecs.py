@@ -9,6 +9,7 @@ import json
 import types
 import typing
 from collections.abc import Mapping, Sequence
+from enum import Enum
 from typing import Any
 
 import attrs
@@ -50,3 +51,8 @@ def field_origins(record_type: type) -> dict[str, set[Any]]:
         }
         for field in attrs.fields(record_type)
     }
+
+
+def plain(value: Any) -> Any:
+    """Enum members (statuses) cross as their values, never as their names."""
+    return value.value if isinstance(value, Enum) else value

@@ -205,10 +205,7 @@ class PostgresStore(SQLStore[R]):
                     code=self.schema.error("database_unreachable"),
                 )
             if state != TransactionStatus.IDLE:
-                raise TransactionNested(
-                    "the connection is already in a transaction",
-                    code=self.schema.error("transaction_nested"),
-                )
+                raise self.nested()
             with self.connection.transaction():
                 yield
 
@@ -233,10 +230,7 @@ class PostgresStore(SQLStore[R]):
             return super().alone(statement, params)
         with self.driver_errors():
             if self.connection.info.transaction_status != TransactionStatus.IDLE:
-                raise TransactionNested(
-                    "the connection is already in a transaction",
-                    code=self.schema.error("transaction_nested"),
-                )
+                raise self.nested()
             return self.change(statement, params)
 
     def statement_savepoint(self) -> AbstractContextManager[Any]:

@@ -11,7 +11,8 @@ types and codecs, the cheap schema probe) and a few driver hooks on the subclass
 :class:`~lifecycles.stores.postgres.PostgresStore`): how to run a statement, how to
 open the outermost transaction, what a driver exception means.
 
-The schema object is passed in by the caller. :class:`SQLSchema` derives the table
+The schema object is passed in by the caller. :class:`SQLSchema`
+(:mod:`lifecycles.stores.sql_schema`) derives the table
 from the record class; a lifecycle that must keep an exact, pre-existing schema
 (the monitor's reference schema, in ``lifecycles/monitor_schema.py``) gives it a
 :class:`SchemaBinding`: its own DDL and migration, and a meta table whose rows bind
@@ -28,164 +29,37 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from enum import Enum
-from typing import Any, ClassVar, Protocol, TypeVar
-
-import attrs
+from typing import Any, ClassVar, TypeVar
 
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle, Row
-from lifecycles.stores.base import SchemaMismatch, StaleRecord, Store, StoreError, UniqueViolation
-from lifecycles.stores.codecs import (
-    STRUCTURED,
-    as_is,
-    field_origins,
-    from_json_or_none,
-    json_or_none,
+from lifecycles.stores.base import (
+    StaleRecord,
+    Store,
+    StoreError,
+    TransactionNested,
+    UniqueViolation,
+)
+from lifecycles.stores.codecs import as_is, from_json_or_none, json_or_none, plain
+from lifecycles.stores.sql_schema import (
+    Catalogue,
+    Column,
+    SchemaBinding,
+    SQLSchema,
+    column_kind,
 )
 
 R = TypeVar("R")
 
 Codec = Callable[[Any], Any]
 
+__all__ = [
+    "SCAN_PAGE", "Catalogue", "Codec", "Column", "Dialect", "SQLSchema", "SQLStore",
+    "SchemaBinding", "column_kind", "plain",
+]
+
 # How many records one page of :meth:`SQLStore.scan` reads.
 SCAN_PAGE = 500
-
-
-# --- columns -------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Column:
-    """One column: its name and its kind (``text``, ``integer``, ``bigint``, ``real``,
-    ``boolean``, ``json`` for containers, ``other`` for any other hint); the dialect
-    turns the kind into a type name and a codec."""
-
-    name: str
-    kind: str
-
-
-def column_kind(origins: set[Any], integer_kind: str = "bigint") -> str:
-    """The kind of column a record field gets, from the base types its hint allows."""
-    if origins & STRUCTURED:
-        return "json"
-    if origins == {bool}:
-        return "boolean"
-    if origins and origins <= {int}:
-        return integer_kind
-    if origins and origins <= {int, float}:
-        return "real"
-    if origins and all(isinstance(o, type) and issubclass(o, str) for o in origins):
-        return "text"
-    return "other"
-
-
-def plain(value: Any) -> Any:
-    """Enum members (statuses) cross as their values, never as their names."""
-    return value.value if isinstance(value, Enum) else value
-
-
-# --- the schema ----------------------------------------------------------------------
-
-
-class Catalogue(Protocol):
-    """What schema code may ask of the database: statements in the store's dialect."""
-
-    dialect: Dialect
-
-    def run(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Run one statement; its rows (none for DDL)."""
-        ...
-
-    def columns_of(self, table: str) -> tuple[object, ...]:
-        """The dialect's signature of each column of ``table``, in order (none: no table)."""
-        ...
-
-    def tables_present(self, names: Sequence[str]) -> set[str]:
-        """Which of ``names`` are tables in the store's schema."""
-        ...
-
-
-class SchemaBinding(Protocol):
-    """A lifecycle's own part of its schema, for a store that must keep a legacy one.
-
-    ``prepare`` creates (or migrates, or refuses) the table and the meta table, in
-    the catalogue's dialect, before the store adds its indexes and verifies; the
-    meta table must then hold exactly ``meta_rows`` under ``meta_columns``, which
-    the store's probe compares on every transaction.
-    """
-
-    code_prefix: str
-    meta_table: str
-    meta_columns: tuple[Column, ...]
-    meta_rows: list[tuple[Any, ...]]
-
-    def prepare(self, schema: SQLSchema, catalogue: Catalogue) -> None: ...
-
-
-class SQLSchema:
-    """Where one lifecycle's records live: a table, one column per record field.
-
-    The default derives everything from the record class and the lease declaration:
-    column kinds from field hints, the key as primary key, an index in lease order.
-    ``binding`` hands the creation of the table and a meta table to the lifecycle
-    (see :class:`SchemaBinding`); error codes then carry its prefix.
-    """
-
-    def __init__(
-        self,
-        lifecycle: Lifecycle[Any, Any],
-        table: str | None = None,
-        *,
-        integer_kind: str = "bigint",
-        binding: SchemaBinding | None = None,
-    ) -> None:
-        self.lifecycle = lifecycle
-        self.table = table or f"lifecycle_{lifecycle.name}"
-        self.columns: tuple[Column, ...] = tuple(
-            Column(name, column_kind(origins, integer_kind))
-            for name, origins in field_origins(lifecycle.record_type).items()
-        )
-        self.column_names = tuple(column.name for column in self.columns)
-        self.binding = binding
-        self.code_prefix = binding.code_prefix if binding else "lifecycles."
-
-    def error(self, name: str) -> str:
-        """A store error code under this schema's prefix (the monitor keeps its own)."""
-        return self.code_prefix + name
-
-    def mismatch(self, message: str) -> SchemaMismatch:
-        return SchemaMismatch(message, code=self.error("schema_altered"))
-
-    def ensure(self, catalogue: Catalogue) -> None:
-        """Create the schema if absent; refuse a database whose schema differs."""
-        dialect = catalogue.dialect
-        if self.binding is not None:
-            self.binding.prepare(self, catalogue)
-        else:
-            catalogue.run(dialect.create_table(self))
-        for statement in dialect.create_indexes(self):
-            catalogue.run(statement)
-        self.verify(catalogue)
-
-    def verify(self, catalogue: Catalogue) -> None:
-        """The whole check: the table's columns and, with a binding, the meta table and
-        its rows; :class:`SchemaMismatch` (``schema_altered``) on any difference."""
-        dialect = catalogue.dialect
-        expected = tuple(map(dialect.signature, self.columns))
-        found = catalogue.columns_of(self.table)
-        if found != expected:
-            raise self.mismatch(f"{self.table} has columns {found}, expected {expected}")
-        binding = self.binding
-        if binding is None:
-            return
-        # The rows are read only under the expected columns: another meta table is
-        # refused as such, not by a statement that no longer fits it.
-        meta_columns = tuple(map(dialect.signature, binding.meta_columns))
-        if catalogue.columns_of(binding.meta_table) != meta_columns or catalogue.run(
-            dialect.select_all(binding.meta_table, binding.meta_columns)
-        ) != binding.meta_rows:
-            raise self.mismatch("schema or capabilities binding differs")
 
 
 # --- dialects ------------------------------------------------------------------------
@@ -401,6 +275,14 @@ class SQLStore(Store[R], ABC):
         the ``BEGIN``, the probe and the ``COMMIT``."""
         with self.transaction():
             return self.change(statement, params)
+
+    def nested(self) -> TransactionNested:
+        """The refusal of a connection already inside a transaction the store did not open:
+        silently joining it would make the store's commit the caller's."""
+        return TransactionNested(
+            "the connection is already in a transaction",
+            code=self.schema.error("transaction_nested"),
+        )
 
     def lock_schema(self) -> None:
         """Serialise schema creation between stores opening at once (the transaction

@@ -38,7 +38,6 @@ from lifecycles.stores.base import (
     StoreDamaged,
     StoreError,
     StoreUnavailable,
-    TransactionNested,
 )
 from lifecycles.stores.sql import Codec, Column, Dialect, SQLSchema, SQLStore, plain
 
@@ -153,10 +152,7 @@ class SQLiteStore(SQLStore[R]):
     @contextmanager
     def outermost(self) -> Iterator[None]:
         if self.connection.in_transaction:
-            raise TransactionNested(
-                "the connection is already in a transaction",
-                code=self.schema.error("transaction_nested"),
-            )
+            raise self.nested()
         self.connection.execute("BEGIN IMMEDIATE")
         try:
             # Under the write lock: the schema cannot change again before the commit.
@@ -173,10 +169,7 @@ class SQLiteStore(SQLStore[R]):
         # this statement only (no transaction is open: setting the level commits none).
         connection = self.connection
         if connection.in_transaction:
-            raise TransactionNested(
-                "the connection is already in a transaction",
-                code=self.schema.error("transaction_nested"),
-            )
+            raise self.nested()
         level = connection.isolation_level
         connection.isolation_level = None
         try:
