@@ -17,11 +17,11 @@ Guarantees every implementation documents and the conformance suite checks:
   every invariant; a stored record that does not raises
   :class:`~lifecycles.invariants.InvariantViolation` with the lifecycle's code.
   Every write checks the invariants first and writes nothing if one fails.
-* **Compare-and-set.** :meth:`Store.write` changes a record only if it still has
-  the status and lease token the caller read (outside a transaction: only if it is
-  still exactly the record the caller read); otherwise it raises
-  :class:`StaleRecord` and changes nothing. A worker whose lease was taken over can
-  never overwrite the new owner.
+* **Compare-and-set.** :meth:`Store.write` changes a record only if it is still
+  exactly the record the caller read; otherwise it raises :class:`StaleRecord` and
+  changes nothing. A worker whose lease was taken over can never overwrite the new
+  owner, and a write decided on a record read outside any transaction lands only if
+  nothing changed it since.
 * **Idempotent creation.** :meth:`Store.insert` of a key that exists writes nothing
   and returns what is stored, so the caller decides whether that is a repeat or a
   collision.
@@ -193,13 +193,11 @@ class Store(ABC, Generic[R]):
         record :meth:`Lifecycle.apply_row` returns): the invariants are checked once
         per write, not again here.
 
-        Inside a transaction, matches on key, ``before``'s status and (for leased
-        lifecycles) its lease token: ``before`` was read under the transaction's lock.
-        Outside one, ``put`` is a transaction of its own and matches the whole record:
-        a record can leave a status and come back to it with the same empty token
-        (watching, leased, watching), so only full equality proves that nothing changed
-        since ``before`` was read. Raises :class:`StaleRecord` and changes nothing
-        otherwise.
+        Compare-and-set on the whole record: the stored record must still equal
+        ``before``. Status and lease token alone would not do: a record can leave a
+        status and come back to it with the same empty token (watching, leased,
+        watching). Outside a transaction ``put`` is a transaction of its own. Raises
+        :class:`StaleRecord` and changes nothing otherwise.
         """
 
     @abstractmethod

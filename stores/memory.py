@@ -61,15 +61,8 @@ class MemoryStore(Store[R]):
 
     def put(self, before: R, after: R, row: Row) -> None:
         key = self.lifecycle.key_of(before)
-        alone = not self._depth  # outside a transaction: the whole record must match
         with self.transaction():
-            current = self._records.get(key)
-            if (
-                current is None
-                or (alone and current != before)
-                or self.lifecycle.status_of(current) != self.lifecycle.status_of(before)
-                or self.token_of(current) != self.token_of(before)
-            ):
+            if self._records.get(key) != before:  # compare-and-set on the whole record
                 raise StaleRecord(f"{key} changed since it was read")
             self._records[key] = after
 

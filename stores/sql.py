@@ -320,27 +320,25 @@ class SQLStore(Store[R], ABC):
         self._page = f"{self._select} WHERE {key} > {p} ORDER BY {key} LIMIT {p}"
         self._count_by_status = f"SELECT {status}, count(*) FROM {table} GROUP BY {status}"
         lease = lifecycle.lease
-        token = f" AND {quote(lease.token_field)} {d.null_safe_equal} {p}" if lease else ""
-        # Outside a transaction nothing was read under a lock: the write matches the whole
-        # record as it was read, and the schema as it was verified (see ``put``).
-        whole = " AND ".join(
-            f"{quote(name)} {d.null_safe_equal} {p}" for name in self.schema.column_names
-        )
+        # Compare-and-set on the whole record: a record can leave a status and come back
+        # with the same empty token (watching, leased, watching), so nothing less proves
+        # that it is still the one the caller read. The key first, as plain equality: the
+        # lookup goes through the primary key.
+        self._compared = (lifecycle.key_field, *(
+            name for name in self.schema.column_names if name != lifecycle.key_field))
+        whole = " AND ".join([f"{key} = {p}", *(
+            f"{quote(name)} {d.null_safe_equal} {p}" for name in self._compared[1:])])
         meta, self._meta_params = d.meta_guard(self.schema)
-        # One compare-and-set UPDATE per table row: it writes exactly the row's fields.
-        self._updates: dict[Row, tuple[str, tuple[str, ...]]] = {}
-        self._alone_updates: dict[Row, str] = {}
+        # Outside a transaction the statement is one of its own: it also checks the schema
+        # as verified, which a transaction's probe checks otherwise (see ``put``).
+        unprobed = f" AND {d.catalogue_guard(self.schema)}" + (f" AND {meta}" if meta else "")
+        # One UPDATE per table row: it writes exactly the row's fields.
+        self._updates: dict[Row, tuple[str, str, tuple[str, ...]]] = {}
         for row in lifecycle.rows:
             fields = lifecycle.writes(row)
             assignments = ", ".join(f"{quote(name)} = {p}" for name in fields)
-            self._updates[row] = (
-                f"UPDATE {table} SET {assignments} WHERE {key} = {p} AND {status} = {p}{token}",
-                fields,
-            )
-            self._alone_updates[row] = (
-                f"UPDATE {table} SET {assignments} WHERE {whole}"
-                f" AND {d.catalogue_guard(self.schema)}" + (f" AND {meta}" if meta else "")
-            )
+            update = f"UPDATE {table} SET {assignments} WHERE {whole}"
+            self._updates[row] = (update, update + unprobed, fields)
         if lease is None:
             return
         claimable, due_by = d.claimable_clause(lifecycle), f"{quote(lease.due_field)} <= {p}"
@@ -497,21 +495,16 @@ class SQLStore(Store[R], ABC):
             return existing
 
     def put(self, before: R, after: R, row: Row) -> None:
-        """Inside a transaction, compare-and-set on key, status and lease token (the record
-        was read under the transaction's lock); outside one, a statement of its own that
-        matches the whole record as read and the schema as verified, so a record read
-        outside any transaction is written only if nothing changed it since."""
-        statement, fields = self._updates[row]
-        values = self._encode(after, fields)
+        """Compare-and-set on the whole record as read. Inside a transaction one statement
+        (the transaction probed the schema); outside one, a statement that is a
+        transaction of its own and also matches the schema as verified."""
+        in_transaction, alone, fields = self._updates[row]
+        params = [*self._encode(after, fields), *self._encode(before, self._compared)]
         if self._depth:
-            params = [*values, self.lifecycle.key_of(before), str(self.lifecycle.status_of(before))]
-            if self.lifecycle.lease is not None:
-                params.append(self.token_of(before))
-            changed = self.change(statement, params)
+            changed = self.change(in_transaction, params)
         else:
-            changed = self.alone(self._alone_updates[row], [
-                *values, *self._encode(before, self.schema.column_names),
-                *self.dialect.catalogue_params(self.schema, self._probe_token),
+            changed = self.alone(alone, [
+                *params, *self.dialect.catalogue_params(self.schema, self._probe_token),
                 *self._meta_params,
             ])
             if changed == 0:

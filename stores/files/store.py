@@ -289,17 +289,11 @@ class FilesStore(Store[R], FilesExtension[R]):
 
     def put(self, before: R, after: R, row: Row) -> None:
         key = self.lifecycle.key_of(before)
-        alone = self._staged is None  # outside a transaction: the whole record must match
         with self.transaction():
             found = self._unchanged_on_disk(key, before) or self._locate(
                 key, prefer=str(self.lifecycle.status_of(before))
             )
-            if (
-                found is None
-                or (alone and found[0] != before)
-                or self.lifecycle.status_of(found[0]) != self.lifecycle.status_of(before)
-                or self.token_of(found[0]) != self.token_of(before)
-            ):
+            if found is None or found[0] != before:  # compare-and-set on the whole record
                 raise StaleRecord(f"{key} changed since it was read")
             current, on_disk = found
             if after == current:

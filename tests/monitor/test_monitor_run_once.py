@@ -86,7 +86,7 @@ def test_run_once_runs_three_statements_and_nothing_after(
     glance, lease, complete = ours
     assert "status = 'leased' AND lease_expires_at <=" in glance  # the expired-lease probe
     for update in (lease, complete):  # the whole row, the schema version, the meta row
-        assert "event_id IS 'e0'" in update and "updated_at IS" in update
+        assert "WHERE event_id = 'e0' AND" in update and "updated_at IS" in update
         assert "FROM pragma_schema_version" in update
         assert "FROM cms_source_terminal_processing_meta" in update
     status = monitor.status("e0", now=20)
