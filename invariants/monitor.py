@@ -106,6 +106,8 @@ def duration(name: str) -> FieldRule:
 poll_interval = duration("poll_interval_bounds")
 delay = duration("delay_bounds")
 lease_duration = duration("lease_bounds")
+MAX_BATCH = 1000
+batch_limit = integer_between("batch_limit_bounds", 1, MAX_BATCH)
 capabilities_rule = attrs.evolve(sha256_hex, name="capabilities_sha256_syntax")
 event_id_rule = attrs.evolve(token, name="event_id_syntax")
 worker_id_rule = FieldRule(

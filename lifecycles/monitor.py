@@ -25,9 +25,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from lifecycles.invariants.core import (
@@ -36,12 +35,12 @@ from lifecycles.invariants.core import (
     canonical_json,
 )
 from lifecycles.invariants.monitor import (
-    COLUMNS,
     NOTIFICATION_FIELDS,
     NOTIFICATION_SCHEMA,
     MonitorRecord,
     MonitorStatus,
     ReceiverStatus,
+    batch_limit,
     capabilities_rule,
     event_id_rule,
     failure_bound,
@@ -62,7 +61,6 @@ from lifecycles.machines.monitor import (
     MonitorInputs,
     PollStep,
     RetryPolicy,
-    lease_expired,
     new_record,
     plain_value,
     poll_step,
@@ -81,6 +79,14 @@ from lifecycles.monitor_errors import (
     unique_is_collision,
 )
 from lifecycles.monitor_schema import MonitorSchema, open_monitor_store
+from lifecycles.monitor_values import (
+    MonitorRow,
+    TerminalProcessingHealth,
+    TerminalProcessingOutcome,
+    TerminalProcessingStatus,
+    outcome_of,
+    status_of,
+)
 from lifecycles.stores.base import StaleRecord
 from lifecycles.stores.sql import SQLStore
 
@@ -90,89 +96,6 @@ STATUSES = tuple(status.value for status in MonitorStatus)
 REMOTE_STATUSES = tuple(status.value for status in ReceiverStatus)
 TERMINAL_STATUSES = set(_TERMINAL_STATUSES)
 
-
-# --- returned values -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TerminalProcessingStatus:
-    event_id: str
-    notification_id: str
-    site_id: str
-    notification_sha256: str
-    status: str
-    poll_attempts: int
-    failures: int
-    max_failures: int
-    next_poll_at: float
-    lease_expires_at: float | None
-    lease_expired: bool
-    last_error_code: str | None
-    receiver_status: str | None
-    receiver_attempts: int | None
-    receiver_max_attempts: int | None
-    receiver_error_code: str | None
-    receiver_processed_at: float | None
-
-
-@dataclass(frozen=True)
-class TerminalProcessingOutcome:
-    event_id: str
-    notification_id: str
-    status: str
-    attempt: int
-    error_code: str | None
-
-
-@dataclass(frozen=True)
-class TerminalProcessingHealth:
-    status: str
-    counts: dict[str, int]
-    due: int
-    expired_leases: int
-    failed: int
-    expected_capabilities_sha256: str
-
-
-class MonitorRow:
-    """What ``claim`` returns: behaves like the ``sqlite3.Row`` the reference returned.
-
-    Index by column name or position, ``keys()`` in column order, ``tuple(row)``
-    gives the values, ``dict(row)`` the mapping.
-    """
-
-    __slots__ = ("_values",)
-
-    def __init__(self, record: MonitorRecord) -> None:
-        values = [getattr(record, name) for name in COLUMNS]
-        values[COLUMNS.index("status")] = str(record.status)
-        self._values = tuple(values)
-
-    def keys(self) -> list[str]:
-        return list(COLUMNS)
-
-    def __getitem__(self, key: str | int) -> Any:
-        if isinstance(key, str):
-            try:
-                return self._values[COLUMNS.index(key)]
-            except ValueError:
-                raise IndexError("No item with that key") from None
-        return self._values[key]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._values)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, MonitorRow) and self._values == other._values
-
-    def __hash__(self) -> int:
-        return hash(self._values)
-
-    def __repr__(self) -> str:
-        return f"<MonitorRow {self['event_id']} {self['status']}>"
 
 
 def _checked(rule: FieldRule, value: Any) -> Any:
@@ -280,11 +203,58 @@ class DurableTerminalProcessingMonitor:
             record = self._notification_record(
                 notification, notification_sha256, max_failures, moment
             )
-        with public_errors(self.store), unique_is_collision():
+        with public_errors(self.store):
+            return self._store_registration(record, moment)
+
+    def register_many(
+        self,
+        notifications: Iterable[tuple[Mapping[str, Any], str]],
+        *,
+        max_failures: int = 5,
+        now: float | int,
+    ) -> list[TerminalProcessingStatus | TerminalProcessingMonitorBlocked]:
+        """``register`` for many ``(notification, notification_sha256)`` pairs, in one commit.
+
+        Returns one entry per pair, in order: its status, or the refusal ``register``
+        would have raised for it (``notification_invalid``, ``idempotency_collision``,
+        ``state_invalid``), which stores nothing for that pair and never blocks the
+        others. Everything returned is durable when the call returns. Refusals of
+        ``now``, ``max_failures`` and of the database raise, as ``register``'s do; so
+        does ``notification_invalid`` when ``notifications`` cannot be iterated.
+        """
+        with self._schema_first():
+            moment = _time(now)
+            _checked(failure_bound, max_failures)
+            try:
+                pairs = list(notifications)
+            except Exception:  # its own __iter__ raised: nothing to register
+                raise refused("notification_readable") from None
+        records: list[MonitorRecord | TerminalProcessingMonitorBlocked] = []
+        for pair in pairs:
+            try:
+                if type(pair) is not tuple or len(pair) != 2:
+                    raise refused("notification_is_object")
+                records.append(self._notification_record(*pair, max_failures, moment))
+            except TerminalProcessingMonitorBlocked as refusal:
+                records.append(refusal)
+        results: list[TerminalProcessingStatus | TerminalProcessingMonitorBlocked] = []
+        with public_errors(self.store), self.store.transaction():
+            for record in records:
+                try:
+                    if isinstance(record, TerminalProcessingMonitorBlocked):
+                        raise record
+                    with public_errors(self.store):
+                        results.append(self._store_registration(record, moment))
+                except (InputInvalid, StateInvalid) as refusal:  # this pair's alone
+                    results.append(refusal)
+        return results
+
+    def _store_registration(self, record: MonitorRecord, now: float) -> TerminalProcessingStatus:
+        with unique_is_collision():
             stored = self.store.insert(MONITOR.create(record))
-            if stored is not record:  # already registered: the table's register row decides
-                MONITOR.fire("register", stored, MonitorInputs(now=moment, registration=record))
-        return _status_of(stored, moment)  # the record the store returned: no second read
+        if stored is not record:  # already registered: the table's register row decides
+            MONITOR.fire("register", stored, MonitorInputs(now=now, registration=record))
+        return status_of(stored, now)  # the record the store returned: no second read
 
     @staticmethod
     def _notification_record(
@@ -346,6 +316,23 @@ class DurableTerminalProcessingMonitor:
         with public_errors(self.store):
             return self.store.claim(inputs)  # its transaction checks the schema first
 
+    def _claim_many(
+        self, worker_id: Any, now: float, lease_seconds: Any, limit: int
+    ) -> list[MonitorRecord]:
+        worker_id = plain_value(worker_id)
+        with self._schema_first():
+            _checked(worker_id_rule, worker_id)
+            seconds = _seconds(lease_seconds, lease_duration)
+
+        def inputs_for(_: int) -> MonitorInputs:  # each lease its own token
+            return MonitorInputs(
+                now=now, policy=self.policy, worker_id=worker_id,
+                lease_token=new_lease_token(), lease_seconds=seconds,
+            )
+
+        with public_errors(self.store):
+            return self.store.claim_many(inputs_for, limit)
+
     def run_once(
         self,
         reader: Callable[[str, str], Any],
@@ -359,25 +346,69 @@ class DurableTerminalProcessingMonitor:
         claimed = self._claim(worker_id, moment, lease_seconds)
         if claimed is None:
             return None
+        step = self._poll(reader, claimed, moment)
+        if isinstance(step, TerminalProcessingMonitorBlocked):
+            raise step  # the monitor's own refusal, met inside the reader
+        return outcome_of(self._finish(claimed, step))
+
+    def run_many(
+        self,
+        reader: Callable[[str, str], Any],
+        worker_id: str,
+        *,
+        now: float | int,
+        lease_seconds: float | int = 600,
+        limit: int = 50,
+    ) -> list[TerminalProcessingOutcome | TerminalProcessingMonitorBlocked]:
+        """``run_once`` for up to ``limit`` due items, sharing two commits.
+
+        One transaction leases up to ``limit`` due items in claim order; the reader is
+        called for each outside any transaction; one transaction completes them all.
+        Returns one entry per leased item, in claim order: its outcome, or the refusal
+        ``run_once`` would have raised for it (``claim_lost``, ``state_invalid``, a
+        monitor refusal raised inside the reader), which leaves that item as it was and
+        never blocks the others. Everything returned is durable when the call returns.
+        An empty list: nothing was due. Refusals of the arguments (``limit_invalid``:
+        ``limit`` is an integer from 1 to 1000) and of the database raise, as
+        ``run_once``'s do.
+        """
+        _checked(reader_rule, reader)
+        moment = _time(now)
+        count = _checked(batch_limit, limit)
+        claimed = self._claim_many(worker_id, moment, lease_seconds, count)
+        steps = [self._poll(reader, record, moment) for record in claimed]
+        results: list[TerminalProcessingOutcome | TerminalProcessingMonitorBlocked] = []
+        with public_errors(self.store), self.store.transaction():
+            for record, step in zip(claimed, steps, strict=True):
+                if isinstance(step, TerminalProcessingMonitorBlocked):
+                    results.append(step)
+                    continue
+                try:
+                    with public_errors(self.store):
+                        results.append(outcome_of(self._complete(record, step)))
+                except (LeaseLost, StateInvalid) as refusal:  # this item's alone
+                    results.append(refusal)
+        return results
+
+    def _poll(
+        self, reader: Callable[[str, str], Any], claimed: MonitorRecord, now: float
+    ) -> PollStep | TerminalProcessingMonitorBlocked:
+        """Call the reader for one leased item, outside any transaction: the step that
+        finishes its poll, or the monitor's own refusal met inside the reader (which is
+        not the reader's failure and records nothing)."""
         lease = MonitorInputs(
-            now=moment, policy=self.policy, worker_id=claimed.lease_owner,
+            now=now, policy=self.policy, worker_id=claimed.lease_owner,
             lease_token=claimed.lease_token,
         )
         try:
             response = reader(claimed.event_id, claimed.site_id)
             # Reading runs the answer's own Mapping code: its failures count as the reader's.
             read = read_answer(response, claimed, self.expected_capabilities_sha256)
-            step = poll_step(lease, read)
-        except TerminalProcessingMonitorBlocked:
-            raise  # the monitor's own refusal, met inside the reader: not the reader's failure
+            return poll_step(lease, read)
+        except TerminalProcessingMonitorBlocked as refusal:
+            return refusal
         except Exception as error:  # the reader is foreign code: any failure is recorded
-            step = poll_step(lease, error)
-        done = self._finish(claimed, step)
-        # The outcome is the record the store just wrote: no second read.
-        return TerminalProcessingOutcome(
-            done.event_id, done.notification_id, str(done.status), done.poll_attempts,
-            done.last_error_code,
-        )
+            return poll_step(lease, error)
 
     def _finish(self, claimed: MonitorRecord, step: PollStep) -> MonitorRecord:
         """Fire the poll's step (:func:`poll_step`, the machine's rule) through the store.
@@ -393,12 +424,23 @@ class DurableTerminalProcessingMonitor:
         """
         with public_errors(self.store):
             try:
-                return step.fire(claimed, lambda trigger, record, inputs: self.store.fire(
-                    record, trigger, inputs))
+                return step.fire(claimed, self._fire_as_claimed)
             except (StaleRecord, TransitionRefused):
                 pass  # changed since the claim (or refused on it): decide on a fresh read
             with self.store.transaction():
                 return step.fire(self._leased_record(claimed.event_id), self._fire_stored)
+
+    def _complete(self, claimed: MonitorRecord, step: PollStep) -> MonitorRecord:
+        """:meth:`_finish` inside the caller's transaction (a batch's)."""
+        try:
+            return step.fire(claimed, self._fire_as_claimed)
+        except (StaleRecord, TransitionRefused):
+            return step.fire(self._leased_record(claimed.event_id), self._fire_stored)
+
+    def _fire_as_claimed(
+        self, trigger: str, record: MonitorRecord, inputs: MonitorInputs
+    ) -> MonitorRecord:
+        return self.store.fire(record, trigger, inputs)
 
     def _fire_stored(
         self, trigger: str, record: MonitorRecord, inputs: MonitorInputs
@@ -428,7 +470,7 @@ class DurableTerminalProcessingMonitor:
             record = self.store.get(event_id)
         if record is None:
             raise blocked(CODE + "missing")
-        return _status_of(record, now)
+        return status_of(record, now)
 
     def health(self, *, now: float | int) -> TerminalProcessingHealth:
         moment = _time(now)  # before the schema, as in the reference
@@ -446,18 +488,6 @@ class DurableTerminalProcessingMonitor:
             "blocked" if expired or failed else "ok",
             counts, due, expired, failed, self.expected_capabilities_sha256,
         )
-
-
-def _status_of(record: MonitorRecord, now: float) -> TerminalProcessingStatus:
-    lease = record.lease_expires_at
-    return TerminalProcessingStatus(
-        record.event_id, record.notification_id, record.site_id, record.notification_sha256,
-        str(record.status), record.poll_attempts, record.failures, record.max_failures,
-        float(record.next_poll_at), None if lease is None else float(lease),
-        record.status == MonitorStatus.LEASED and lease_expired(record, now),
-        record.last_error_code, record.receiver_status, record.receiver_attempts,
-        record.receiver_max_attempts, record.receiver_error_code, record.receiver_processed_at,
-    )
 
 
 __all__ = [

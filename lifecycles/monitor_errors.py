@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.invariants.monitor import (
+    batch_limit,
     capabilities_rule,
     event_id_rule,
     failure_bound,
@@ -60,7 +61,7 @@ class InputInvalid(
     codes=frozenset({
         "capabilities_invalid", "poll_interval_invalid", "delay_invalid", "time_invalid",
         "max_failures_invalid", "notification_invalid", "worker_invalid", "lease_invalid",
-        "reader_invalid", "event_invalid", "idempotency_collision", "missing",
+        "reader_invalid", "event_invalid", "idempotency_collision", "missing", "limit_invalid",
     }),
 ):
     """The caller's input was refused; nothing was changed."""
@@ -147,6 +148,7 @@ RULE_CODES: Mapping[str, str] = {
     "base_delay_within_max_delay": "delay_invalid",
     failure_bound.name: "max_failures_invalid",
     lease_duration.name: "lease_invalid",
+    batch_limit.name: "limit_invalid",
     worker_id_rule.name: "worker_invalid",
     event_id_rule.name: "event_invalid",
     reader_rule.name: "reader_invalid",

@@ -244,6 +244,39 @@ def claim(
             return after
 
 
+def claim_many(
+    store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs_for: Callable[[int], Any],
+    limit: int, on_lease: Callable[[R], None] | None = None,
+) -> list[R]:
+    """In one transaction: rescue expired leases, then lease up to ``limit`` due records.
+
+    The protocol of :func:`claim`, repeated: the first due record in claim order,
+    passing over refused ones, until ``limit`` are leased or nothing is due.
+    ``inputs_for(n)`` gives the inputs of the ``n``-th grant (each lease has its own
+    token); ``inputs_for(0)`` also rescues. The leases commit together or not at all.
+    """
+    declared_lease(lifecycle)
+    granted: list[R] = []
+    with store.transaction():
+        first = inputs_for(0)
+        recover_expired(store, lifecycle, first)
+        passed_over: frozenset[str] = frozenset()
+        inputs = first
+        while len(granted) < limit:
+            decision = decide_claim(lifecycle, store.next_due(inputs.now, passed_over), inputs)
+            if decision is None:
+                break
+            if isinstance(decision, PassOver):
+                passed_over |= {decision.key}
+                continue
+            store.put(decision.before, decision.after, decision.row)
+            if on_lease is not None:
+                on_lease(decision.after)
+            granted.append(decision.after)
+            inputs = inputs_for(len(granted))
+    return granted
+
+
 UNSETTLED = object()
 """What :func:`claim_at_a_glance` answers when the full protocol must decide."""
 

@@ -258,6 +258,13 @@ class Store(ABC, Generic[R]):
         passing over refused ones (:func:`lifecycles.machines.lease.claim`)."""
         return lease_protocol.claim(self.leasing(), self.lifecycle, inputs, self.on_lease)
 
+    def claim_many(self, inputs_for: Callable[[int], Any], limit: int) -> list[R]:
+        """In one transaction: recover expired leases, then lease up to ``limit`` due
+        records in claim order (:func:`lifecycles.machines.lease.claim_many`)."""
+        return lease_protocol.claim_many(
+            self.leasing(), self.lifecycle, inputs_for, limit, self.on_lease
+        )
+
     def check_schema(self) -> None:
         """Raise :class:`SchemaMismatch` if another connection changed the schema (or the
         binding it holds) since the store verified it; none by default.

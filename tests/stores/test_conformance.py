@@ -463,3 +463,45 @@ def test_a_glance_answers_what_the_protocol_would_over_the_stored_records(
         records = list(store.scan())
         assert seen == lease.Glance(bool(lease.expired(lifecycle, records, now)),
                                     lease.first_due(lifecycle, records, now))
+
+
+@pytest.mark.parametrize(("driver", "kind"), LEASED)
+def test_claim_many_leases_due_records_in_claim_order_each_with_its_own_token(
+    driver: Driver, kind: StoreKind, opened: Opened
+) -> None:
+    store, lifecycle = opened.store, driver.lifecycle
+    assert driver.creation_time is not None and driver.claim is not None
+    for i in (0, 1, 2, 3):
+        store.insert(driver.new(i))
+    due_now = driver.creation_time(1)  # records 3, 2, 1 are due, in that claim order
+    tokens = iter(["t0", "t1", "t2", "t3"])
+    granted = store.claim_many(lambda n: driver.claim(due_now, next(tokens)), 2)  # type: ignore[misc]
+    assert [lifecycle.key_of(r) for r in granted] == [
+        lifecycle.key_of(driver.new(3)), lifecycle.key_of(driver.new(2))]
+    assert [store.token_of(r) for r in granted] == ["t0", "t1"]
+    assert [store.get(lifecycle.key_of(r)) for r in granted] == granted
+    rest = store.claim_many(lambda n: driver.claim(due_now, f"u{n}"), 10)  # type: ignore[misc]
+    assert [lifecycle.key_of(r) for r in rest] == [lifecycle.key_of(driver.new(1))]
+    assert store.claim_many(lambda n: driver.claim(due_now, f"v{n}"), 10) == []  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("driver", "kind"), LEASED)
+def test_claim_many_commits_all_its_leases_or_none(
+    driver: Driver, kind: StoreKind, opened: Opened
+) -> None:
+    store = opened.store
+    assert driver.claim is not None
+    for i in (0, 1, 2):
+        store.insert(driver.new(i))
+    before = snapshot(store)
+    seen: list[Any] = []
+
+    def audit(record: Any) -> None:
+        seen.append(record)
+        if len(seen) == 3:
+            raise RuntimeError("the audit trail is unavailable")
+
+    store.on_lease = audit
+    with pytest.raises(RuntimeError, match="audit"):
+        store.claim_many(lambda n: driver.claim(200.0, f"t{n}"), 3)  # type: ignore[misc]
+    assert len(seen) == 3 and snapshot(store) == before
