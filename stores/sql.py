@@ -29,6 +29,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from operator import attrgetter
 from typing import Any, ClassVar, TypeVar
 
 from lifecycles.machines import lease as lease_protocol
@@ -233,6 +234,7 @@ class SQLStore(Store[R], ABC):
         self._probe_token: object = None
         codecs = {column.name: self.dialect.codec(column) for column in self.schema.columns}
         self._encoders = {name: encode for name, (encode, _) in codecs.items()}
+        self._field_encoders: dict[tuple[str, ...], Callable[[R], list[Any]]] = {}
         # Only the fields not stored natively are decoded: reads pay for nothing else.
         self._decoders = [
             (name, decode) for name, (_, decode) in codecs.items() if decode is not as_is
@@ -422,9 +424,22 @@ class SQLStore(Store[R], ABC):
             values[name] = decode(values[name])
         return self.admit(values)
 
-    def _encode(self, record: R, fields: Sequence[str]) -> list[Any]:
-        values = self.values_of(record)
-        return [self._encoders[name](values[name]) for name in fields]
+    def _encode(self, record: R, fields: tuple[str, ...]) -> list[Any]:
+        """``fields`` of ``record``, each through its column's encoder (statuses, enums
+        and structured values become what the column holds)."""
+        encoder = self._field_encoders.get(fields)
+        if encoder is None:
+            encoder = self._field_encoders[fields] = self._encoder_of(fields)
+        return encoder(record)
+
+    def _encoder_of(self, fields: tuple[str, ...]) -> Callable[[R], list[Any]]:
+        # One attrgetter per field list: a statement's parameters cost no dict per write.
+        read = attrgetter(*fields)
+        encoders = [self._encoders[name] for name in fields]
+        if len(fields) == 1:
+            (encode,) = encoders
+            return lambda record: [encode(read(record))]
+        return lambda record: [encode(value) for encode, value in zip(encoders, read(record))]
 
     def get(self, key: str) -> R | None:
         rows = self._fetch(self._get, (key,))
