@@ -439,7 +439,9 @@ class SQLStore(Store[R], ABC):
         if len(fields) == 1:
             (encode,) = encoders
             return lambda record: [encode(read(record))]
-        return lambda record: [encode(value) for encode, value in zip(encoders, read(record))]
+        return lambda record: [
+            encode(value) for encode, value in zip(encoders, read(record), strict=True)
+        ]
 
     def get(self, key: str) -> R | None:
         rows = self._fetch(self._get, (key,))

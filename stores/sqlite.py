@@ -26,6 +26,7 @@ already inside a transaction the store did not open is refused
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -43,7 +44,61 @@ from lifecycles.stores.sql import Codec, Column, Dialect, SQLSchema, SQLStore, p
 
 R = TypeVar("R")
 
-__all__ = ["SQLiteDialect", "SQLiteStore"]
+__all__ = ["SQLiteDialect", "SQLiteStore", "connect"]
+
+#: ``synchronous`` settings :func:`connect` accepts, by name (SQLite's own names).
+SYNCHRONOUS = ("off", "normal", "full", "extra")
+JOURNAL_MODES = ("wal", "delete", "truncate", "persist")
+
+
+def connect(
+    path: str | os.PathLike[str],
+    *,
+    synchronous: str = "full",
+    journal_mode: str = "wal",
+    busy_timeout: float = 5.0,
+    **options: Any,
+) -> sqlite3.Connection:
+    """A connection to the SQLite file at ``path``, set up for workers sharing it.
+
+    * ``journal_mode="wal"`` (the default): readers never block the writer nor it them,
+      and a commit appends to the write-ahead log instead of rewriting pages twice.
+      ``"delete"`` is SQLite's own default (a rollback journal), which the reference
+      used; the file works either way, and the mode stays with the file.
+    * ``synchronous``: how durable a commit is when the call that made it returns.
+      ``"full"`` (the default) syncs the log on every commit: what a call returned
+      survives a crash of the process, the OS or the power. ``"normal"`` in WAL mode
+      syncs only at checkpoints: a commit survives a crash of the process, but the
+      last ones may be lost (never half-written) if the OS or the power fails; it is
+      several times faster. ``"off"`` hands durability to the OS and is not advised.
+    * ``busy_timeout``: seconds a statement waits for another connection's write lock
+      before the store reports ``database_unreachable``.
+
+    ``options`` go to :func:`sqlite3.connect` (``check_same_thread``, say). Raises
+    :class:`StoreUnavailable` when the file cannot be opened, ``ValueError`` for a
+    setting SQLite does not have.
+    """
+    if synchronous not in SYNCHRONOUS:
+        raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, not {synchronous!r}")
+    if journal_mode not in JOURNAL_MODES:
+        raise ValueError(f"journal_mode must be one of {JOURNAL_MODES}, not {journal_mode!r}")
+    if not (isinstance(busy_timeout, (int, float)) and 0 <= busy_timeout <= 3600):
+        raise ValueError(f"busy_timeout must be seconds in [0, 3600], not {busy_timeout!r}")
+    try:
+        connection: sqlite3.Connection = sqlite3.connect(path, timeout=busy_timeout, **options)
+        try:
+            # Pragmas cannot be bound; every value here is one of the names checked above.
+            (mode,) = connection.execute(f"PRAGMA journal_mode = {journal_mode}").fetchone()
+            connection.execute(f"PRAGMA synchronous = {synchronous}")
+        except BaseException:
+            connection.close()
+            raise
+    except sqlite3.Error as error:
+        raise StoreUnavailable(f"cannot open the SQLite database {path}: {error}") from error
+    if mode != journal_mode:  # an in-memory database keeps "memory", say
+        connection.close()
+        raise StoreUnavailable(f"{path} cannot use journal_mode={journal_mode} (it is {mode})")
+    return connection
 
 _PLAIN_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

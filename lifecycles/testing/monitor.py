@@ -47,6 +47,52 @@ from lifecycles.machines.monitor_inputs import (
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
 
+
+# --- builders for examples and tests that drive the facade --------------------------
+
+
+def notification_for(event_id: str, **fields: Any) -> tuple[dict[str, Any], str]:
+    """A valid notification for ``event_id`` and its canonical SHA-256, the pair
+    ``register`` takes; ``fields`` replace any of its values (the digest follows)."""
+    from lifecycles.invariants.monitor import NOTIFICATION_SCHEMA
+    from lifecycles.monitor import canonical_sha256
+
+    notification: dict[str, Any] = {
+        "schema": NOTIFICATION_SCHEMA, "notification_id": f"ntf-{event_id}",
+        "event_id": event_id, "site_id": "site-1", "plan_id": "plan-1",
+        "website_version": 1, "source_sequence": 1, "job_count": 1,
+        "change_sha256": "0" * 64, "lifecycle_binding_sha256": "0" * 64,
+        "terminal_status": "published", "lifecycle_sha256": "0" * 64,
+    }
+    notification.update(fields)
+    return notification, canonical_sha256(notification)
+
+
+def status_answer_for(
+    notification: dict[str, Any], notification_sha256: str, processing_status: str,
+    capabilities_sha256: str, **fields: Any,
+) -> dict[str, Any]:
+    """The receiver's consistent status answer about a registered notification: what a
+    reader returns. ``processing_status`` decides the fields that go with it (an error
+    code for ``retry_wait``/``failed``, ``processed_at`` for ``succeeded``, a lease
+    expiry for ``leased``); ``fields`` replace any value."""
+    from lifecycles.invariants.monitor import ANSWER_IDENTITY, STATUS_SCHEMA
+
+    answer: dict[str, Any] = {
+        "schema": STATUS_SCHEMA, **{name: notification[name] for name in ANSWER_IDENTITY
+                                    if name != "notification_sha256"},
+        "notification_sha256": notification_sha256, "processing_status": processing_status,
+        "attempts": 1, "max_attempts": 5, "next_attempt_at": START + 60.0,
+        "lease_expires_at": START + 900.0 if processing_status == "leased" else None,
+        "lease_expired": False,
+        "last_error_code": (
+            "receiver.busy" if processing_status in ("retry_wait", "failed") else None),
+        "processed_at": START if processing_status == "succeeded" else None,
+        "capabilities_sha256": capabilities_sha256,
+    }
+    answer.update(fields)
+    return answer
+
 __all__ = [
     "Poll",
     "ReadFailure",
@@ -57,9 +103,11 @@ __all__ = [
     "failure_strategy",
     "generated_response",
     "new_records",
+    "notification_for",
     "poll_strategy",
     "progress_strategy",
     "receiver_answer",
+    "status_answer_for",
     "success_strategy",
 ]
 
