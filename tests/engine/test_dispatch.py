@@ -1,0 +1,141 @@
+"""The engine's two fast paths, held to what they replace.
+
+``Lifecycle.select_row`` dispatches over the ``transitions`` machine's compiled table
+without going through ``Event.trigger``; it must decide exactly as ``Event.trigger`` does.
+
+Every trigger of the table is tried, with the inputs each move of the lifecycle's
+exploration really fires, on every record those moves reach within a few steps from
+the exploration's initial records (the shipped lifecycles and the review example):
+both dispatches must pick the same row, or refuse with the same code and guard.
+
+``evolver`` builds a transition's new record validating only the changed fields, for
+record classes whose validators each judge one value: it must give what
+``attrs.evolve`` gives, and leave any other class to ``attrs.evolve``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from support.monitor import registered as monitor_record
+
+from lifecycles.invariants.core import FieldRuleViolation, field_rules
+from lifecycles.invariants.monitor import COLUMNS, MonitorRecord
+from lifecycles.loading import find_exploration
+from lifecycles.machines.core import Lifecycle, Row, TransitionRefused, evolver
+from lifecycles.registry import registered
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # examples/ imports as from a clone's root
+
+DEPTH = 3
+
+
+def lifecycles() -> list[Lifecycle[Any, Any]]:
+    from examples.review.lifecycle import REVIEW
+
+    return [*registered().values(), REVIEW]
+
+
+def decided(lifecycle: Lifecycle[Any, Any], select: Any, trigger: str, record: Any,
+            inputs: Any) -> Row | tuple[str, str | None]:
+    try:
+        row: Row = select(trigger, record, inputs)
+        return row
+    except TransitionRefused as refusal:
+        return (refusal.code, refusal.guard)
+
+
+@pytest.mark.parametrize("lifecycle", lifecycles(), ids=lambda lifecycle: lifecycle.name)
+def test_select_row_decides_as_transitions_event_trigger(lifecycle: Lifecycle[Any, Any]) -> None:
+    found = find_exploration(lifecycle)
+    assert found is not None
+    exploration = found[0]
+    triggers = sorted({row.trigger for row in lifecycle.rows})
+    compared = 0
+    frontier = list(exploration.initial())
+    seen: set[Any] = set()
+    for _ in range(DEPTH):
+        reached: list[Any] = []
+        for record in frontier:
+            if exploration.abstraction(record) in seen:
+                continue
+            seen.add(exploration.abstraction(record))
+            for move in exploration.moves:
+                for choice in move.choices(record):
+                    asked: list[tuple[str, Any, Any]] = []
+
+                    def fire(trigger: str, current: Any, inputs: Any,
+                             asked: list[tuple[str, Any, Any]] = asked) -> Any:
+                        asked.append((trigger, current, inputs))
+                        return lifecycle.fire(trigger, current, inputs)
+
+                    # A refusal or a broken record ends the move; what it asked is compared anyway.
+                    with contextlib.suppress(Exception):
+                        reached.append(move.perform(fire, record, choice))
+                    for _trigger, current, inputs in asked:
+                        for trigger in triggers:  # every trigger, with inputs really fired
+                            fast = decided(lifecycle, lifecycle.select_row, trigger, current,
+                                           inputs)
+                            slow = decided(lifecycle, lifecycle.select_row_by_trigger,
+                                           trigger, current, inputs)
+                            assert fast == slow, (trigger, current, inputs)
+                            compared += 1
+        frontier = reached
+    assert compared > 100  # the walk really compared something
+
+
+# --- evolver: attrs.evolve for records whose validators judge one value each --------
+
+
+
+ANY_VALUE = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 25), st.floats(allow_nan=True),
+    st.sampled_from(["pending", "leased", "failed", "published", "a" * 64, "e-1", "x y", ""]),
+    st.text(max_size=5),
+)
+
+
+def outcome(build: Any) -> Any:
+    try:
+        return build()
+    except FieldRuleViolation as error:
+        return ("refused", error.rule, error.field)
+
+
+@given(changes=st.dictionaries(st.sampled_from(COLUMNS), ANY_VALUE, max_size=4))
+def test_the_monitor_evolver_gives_what_attrs_evolve_gives(changes: dict[str, Any]) -> None:
+    record = monitor_record()
+    fast = outcome(lambda: evolver(MonitorRecord)(record, dict(changes)))
+    slow = outcome(lambda: attrs.evolve(record, **changes))
+    if isinstance(slow, tuple):  # both refuse; attrs reports the first field in class order
+        assert isinstance(fast, tuple) and fast[0] == "refused"
+        assert (fast[1], fast[2]) in {
+            (rule.name, name) for name, rule in field_rules_of(changes)}
+    else:
+        assert fast == slow and type(fast) is MonitorRecord
+
+
+def field_rules_of(changes: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(name, rule) for name, rule in field_rules(MonitorRecord) if name in changes]
+
+
+def test_a_class_with_a_validator_that_reads_other_fields_gets_attrs_evolve() -> None:
+    def low_below_high(instance: Any, attribute: Any, value: int) -> None:
+        if value > instance.high:
+            raise ValueError("low above high")
+
+    @attrs.frozen
+    class Range:
+        low: int = attrs.field(validator=low_below_high)
+        high: int = 0
+
+    with pytest.raises(ValueError, match="low above high"):
+        evolver(Range)(Range(1, 5), {"high": 0})
