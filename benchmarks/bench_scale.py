@@ -37,7 +37,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -96,6 +97,11 @@ def open_monitors(directory: Path, rows: int) -> tuple[dict[str, Any], list[sqli
     return monitors, connections
 
 
+def claimer(monitor: Any, now: float, moments: Iterator[int]) -> Call:
+    """One claim, each a moment later than the last (all leases stay unexpired)."""
+    return lambda: monitor.claim("w1", now=now + next(moments), lease_seconds=600)
+
+
 def monitor_figures(
     directory: Path, rows: int, repeats: int, claims: int, capped: bool
 ) -> dict[str, float]:
@@ -103,7 +109,7 @@ def monitor_figures(
     now = rows / 1000 + 1.0  # every item is due
     try:
         health = alternating(
-            {name: lambda m=monitors[name]: m.health(now=now) for name in NAMES},
+            {name: partial(monitors[name].health, now=now) for name in NAMES},
             {"lifecycles": repeats, "reference": 1 if capped else repeats},
         )
         moments = iter(range(10 * claims + 10))
@@ -111,12 +117,7 @@ def monitor_figures(
             for _ in range(2):
                 monitors[name].claim("w1", now=now + next(moments), lease_seconds=600)
         claim = alternating(
-            {
-                name: lambda m=monitors[name]: m.claim(
-                    "w1", now=now + next(moments), lease_seconds=600
-                )
-                for name in NAMES
-            },
+            {name: claimer(monitors[name], now, moments) for name in NAMES},
             dict.fromkeys(NAMES, claims),
         )
     finally:
@@ -154,7 +155,7 @@ def health_at(directory: Path, rows: int, repeats: int) -> dict[str, float]:
     monitors, connections = open_monitors(directory, rows)
     try:
         return alternating(
-            {name: lambda m=monitors[name]: m.health(now=rows / 1000 + 1.0) for name in NAMES},
+            {name: partial(monitors[name].health, now=rows / 1000 + 1.0) for name in NAMES},
             dict.fromkeys(NAMES, repeats),
         )
     finally:

@@ -276,8 +276,9 @@ def drain(cycle: Cycle, count: int) -> float:
 # --- 1. run_once on SQLite, WAL + synchronous=NORMAL -------------------------------------
 
 
-def wal_connection(path: Path, **options: Any) -> sqlite3.Connection:
-    connection = sqlite3.connect(path, **options)
+def wal_connection(path: Path, autocommit: bool = False) -> sqlite3.Connection:
+    """``path`` in WAL mode, synchronous=NORMAL; as sqlite3 opens it, or autocommitting."""
+    connection = sqlite3.connect(path, isolation_level=None if autocommit else "DEFERRED")
     mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
     if mode != "wal":
         raise RuntimeError(f"journal_mode is {mode}, not wal")
@@ -302,7 +303,7 @@ def wal_round(
     setup = sqlite3.connect(path)
     lifecycles_monitor.DurableTerminalProcessingMonitor(setup, CAPABILITIES)
     setup.close()
-    connection = wal_connection(path, isolation_level=None)
+    connection = wal_connection(path, autocommit=True)
     opened.append(connection)
     items.fill(connection, count, "?")
     cycles["raw"] = RawSQLite(connection, receiver, now).cycle
@@ -488,6 +489,22 @@ def batch_cycles(monitor: Any, receiver: Receiver, now: float) -> Callable[[int]
     return run
 
 
+def drain_rate(cycle: Cycle, count: int) -> Callable[[], float]:
+    return lambda: count / drain(cycle, count)
+
+
+def batch_rate(batches: Callable[[int], int], count: int) -> Callable[[], float]:
+    def rate() -> float:
+        started = time.perf_counter()
+        done = batches(count)
+        seconds = time.perf_counter() - started
+        if done != count:
+            raise RuntimeError(f"run_many did {done} of {count} items")
+        return done / seconds
+
+    return rate
+
+
 def batch_round(
     directory: Path, items: Items, receiver: Receiver, count: int, round_number: int,
     with_run_many: bool,
@@ -506,20 +523,9 @@ def batch_round(
         monitor = module.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
         items.fill(connection, count, "?")
         if method == "run_once":
-            cycle = monitor_cycle(monitor, receiver, now)
-            runs[name] = lambda cycle=cycle: count / drain(cycle, count)
+            runs[name] = drain_rate(monitor_cycle(monitor, receiver, now), count)
         else:
-            batches = batch_cycles(monitor, receiver, now)
-
-            def rate(batches: Callable[[int], int] = batches) -> float:
-                started = time.perf_counter()
-                done = batches(count)
-                seconds = time.perf_counter() - started
-                if done != count:
-                    raise RuntimeError(f"run_many did {done} of {count} items")
-                return done / seconds
-
-            runs[name] = rate
+            runs[name] = batch_rate(batch_cycles(monitor, receiver, now), count)
     try:
         return {name: runs[name]() for name in alternating(list(runs), round_number)}
     finally:
