@@ -71,6 +71,8 @@ class LeaseQueries(Protocol[R]):
 
     def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None: ...
 
+    def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[R]: ...
+
     def expired_leases(self, now: float) -> list[R]: ...
 
     def glance(self, now: float) -> Glance[R] | None: ...
@@ -137,11 +139,21 @@ def first_due(
     exclude: frozenset[str] = frozenset(),
 ) -> R | None:
     """What ``next_due`` answers, over records in hand: the first due one in claim order."""
+    found = due_in_order(lifecycle, records, now, 1, exclude)
+    return found[0] if found else None
+
+
+def due_in_order(
+    lifecycle: Lifecycle[R, Any], records: Iterable[R], now: float, limit: int,
+    exclude: frozenset[str] = frozenset(),
+) -> list[R]:
+    """What ``due`` answers, over records in hand: the first ``limit`` due records in
+    claim order, passing over the keys in ``exclude``."""
     due = [
         record for record in records
         if is_due(lifecycle, record, now) and lifecycle.key_of(record) not in exclude
     ]
-    return min(due, key=lambda record: claim_order(lifecycle, record), default=None)
+    return sorted(due, key=lambda record: claim_order(lifecycle, record))[:limit]
 
 
 def expired(lifecycle: Lifecycle[R, Any], records: Iterable[R], now: float) -> list[R]:
@@ -263,17 +275,23 @@ def claim_many(
         passed_over: frozenset[str] = frozenset()
         inputs = first
         while len(granted) < limit:
-            decision = decide_claim(lifecycle, store.next_due(inputs.now, passed_over), inputs)
-            if decision is None:
-                break
-            if isinstance(decision, PassOver):
-                passed_over |= {decision.key}
-                continue
-            store.put(decision.before, decision.after, decision.row)
-            if on_lease is not None:
-                on_lease(decision.after)
-            granted.append(decision.after)
-            inputs = inputs_for(len(granted))
+            # One query for as many candidates as are wanted: a batch costs one walk of
+            # the claim order, not one per record.
+            wanted = limit - len(granted)
+            candidates = store.due(first.now, wanted, passed_over)
+            for candidate in candidates:
+                decision = decide_claim(lifecycle, candidate, inputs)
+                if isinstance(decision, PassOver):
+                    passed_over |= {decision.key}
+                    continue
+                assert decision is not None  # a candidate was given
+                store.put(decision.before, decision.after, decision.row)
+                if on_lease is not None:
+                    on_lease(decision.after)
+                granted.append(decision.after)
+                inputs = inputs_for(len(granted))
+            if len(candidates) < wanted:
+                break  # nothing more is due
     return granted
 
 

@@ -126,6 +126,11 @@ class LeasingStore(Protocol[R]):
         """
         ...
 
+    def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[R]:
+        """The first ``limit`` claimable records due at ``now``, in lease order, passing
+        over the keys in ``exclude`` (one query: a batch claim's candidates)."""
+        ...
+
     def expired_leases(self, now: float) -> list[R]:
         """Leased records whose lease has expired at ``now``."""
         ...

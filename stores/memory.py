@@ -72,6 +72,10 @@ class MemoryStore(Store[R]):
         due = lease.first_due(self.lifecycle, self._records.values(), now, exclude)
         return None if due is None else self.lifecycle.check(due)
 
+    def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[R]:
+        found = lease.due_in_order(self.lifecycle, self._records.values(), now, limit, exclude)
+        return [self.lifecycle.check(record) for record in found]
+
     def glance(self, now: float) -> lease.Glance[R]:
         with self.transaction():
             return lease.Glance(

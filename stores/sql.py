@@ -351,9 +351,10 @@ class SQLStore(Store[R], ABC):
         )
         order = ", ".join(map(quote, lease.order_by))
         # The claim walks the partial claim-order index (its WHERE is `claimable`, as text).
+        # (where, order): exclusions go between them; the order ends with a LIMIT parameter.
         self._due = (
             f"{self._select} WHERE {d.likely(claimable)} AND {d.likely(due_by)}",
-            f" ORDER BY {order} LIMIT 1{d.skip_locked}",
+            f" ORDER BY {order} LIMIT {p}{d.skip_locked}",
         )
         # Where rows are locked, in claim order: recoveries running at once share the work.
         locked = f" ORDER BY {order}{d.skip_locked}" if d.skip_locked else ""
@@ -362,7 +363,8 @@ class SQLStore(Store[R], ABC):
         listed_c = ", ".join(f"c.{quote(name)}" for name in self.schema.column_names)
         self._glance = (
             f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {expired}), {listed_c}"
-            f" FROM (SELECT 1) AS one LEFT JOIN ({self._due[0]}{self._due[1]}) AS c ON TRUE"
+            f" FROM (SELECT 1) AS one LEFT JOIN ({self._due[0]} ORDER BY {order} LIMIT 1)"
+            " AS c ON TRUE"
         )
         self._count_due = f"SELECT count(*) FROM {table} WHERE {due}"
         self._count_expired = f"SELECT count(*) FROM {table} WHERE {expired}"
@@ -448,11 +450,15 @@ class SQLStore(Store[R], ABC):
         return self._decode(rows[0]) if rows else None
 
     def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None:
+        found = self.due(now, 1, exclude)
+        return found[0] if found else None
+
+    def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[R]:
         self._lease()
         where, order = self._due
         left_out, params = self.dialect.excluding(self._key, sorted(exclude))
-        rows = self._fetch(where + left_out + order, [now, *params])
-        return self._decode(rows[0]) if rows else None
+        return [self._decode(row) for row in self._fetch(where + left_out + order,
+                                                          [now, *params, limit])]
 
     def glance(self, now: float) -> lease_protocol.Glance[R] | None:
         """One statement outside any transaction, where the dialect :attr:`~Dialect.glances`

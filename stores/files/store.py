@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle, Row
 from lifecycles.stores.base import StaleRecord, Store
 from lifecycles.stores.files import quarantine
@@ -493,11 +494,12 @@ class FilesStore(Store[R], FilesExtension[R]):
         return [r for r in self._records(claimable) if getattr(r, lease.due_field) <= now]
 
     def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None:
-        lease = self._lease()
-        due = [r for r in self._due(now) if self.lifecycle.key_of(r) not in exclude]
-        if not due:
-            return None
-        return min(due, key=lambda r: [getattr(r, field) for field in lease.order_by])
+        found = self.due(now, 1, exclude)
+        return found[0] if found else None
+
+    def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[R]:
+        self._lease()
+        return lease_protocol.due_in_order(self.lifecycle, self._due(now), now, limit, exclude)
 
     def _expired(self, now: float) -> list[R]:
         lease = self._lease()

@@ -79,6 +79,10 @@ class Answers:
         self.asked.append(exclude)
         return lease.first_due(MONITOR, self.records.values(), now, exclude)
 
+    def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[Any]:
+        self.asked.append(exclude)
+        return lease.due_in_order(MONITOR, self.records.values(), now, limit, exclude)
+
     def expired_leases(self, now: float) -> list[Any]:
         return lease.expired(MONITOR, self.records.values(), now)
 
@@ -264,3 +268,16 @@ def test_a_claim_with_on_lease_never_glances() -> None:
     seen: list[Any] = []
     granted = lease.claim(answers, MONITOR, claim_inputs(100.0, "t1"), on_lease=seen.append)
     assert seen == [granted] and answers.transactions == 1
+
+
+def test_claim_many_asks_for_candidates_in_batches_and_passes_over_refused_ones() -> None:
+    spent = attrs.evolve(record(0, created=1.0, max_failures=1), failures=1)
+    answers = Answers([spent, record(1, created=2.0), record(2, created=3.0),
+                       record(3, created=4.0)])
+    tokens = iter(["t0", "t1", "t2"])
+    granted = lease.claim_many(answers, MONITOR, lambda n: claim_inputs(100.0, next(tokens)), 2)
+    assert [r.event_id for r in granted] == ["e1", "e2"]
+    assert [r.lease_token for r in granted] == ["t0", "t1"]
+    # Two wanted: e0 (refused) and e1 came in one query; one more, e0 left out, in another.
+    assert answers.asked == [frozenset(), frozenset({"e0"})]
+    assert answers.written == ["claim:e1", "claim:e2"] and answers.transactions == 1

@@ -31,7 +31,7 @@ def claim_statement(store: SQLStore[Any], exclude: list[str]) -> tuple[str, list
     """The statement ``next_due`` runs, and its parameters."""
     where, order = store._due
     left_out, params = store.dialect.excluding(store._key, exclude)
-    return where + left_out + order, [1e12, *params]
+    return where + left_out + order, [1e12, *params, 1]
 
 
 def sqlite_plan(store: SQLStore[Any], exclude: list[str]) -> list[str]:

@@ -505,3 +505,22 @@ def test_claim_many_commits_all_its_leases_or_none(
     with pytest.raises(RuntimeError, match="audit"):
         store.claim_many(lambda n: driver.claim(200.0, f"t{n}"), 3)  # type: ignore[misc]
     assert len(seen) == 3 and snapshot(store) == before
+
+
+@pytest.mark.parametrize(("driver", "kind"), LEASED)
+def test_due_answers_the_first_due_records_in_claim_order(
+    driver: Driver, kind: StoreKind, opened: Opened
+) -> None:
+    from lifecycles.machines import lease
+
+    store, lifecycle = opened.store, driver.lifecycle
+    assert driver.creation_time is not None
+    for i in range(5):
+        store.insert(driver.new(i))
+    claim(driver, store, driver.creation_time(4), "t1")  # one leased: never due
+    keys = [lifecycle.key_of(driver.new(i)) for i in range(5)]
+    for now in (driver.creation_time(4) - 1, driver.creation_time(2), 200.0):
+        for limit in (1, 2, 10):
+            for exclude in (frozenset(), frozenset(keys[1:3])):
+                expected = lease.due_in_order(lifecycle, list(store.scan()), now, limit, exclude)
+                assert store.due(now, limit, exclude) == expected, (now, limit, exclude)
