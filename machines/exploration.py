@@ -139,6 +139,11 @@ class Exploration(Generic[R]):
     abstraction_doc: str
     bounds: str
     new_records: Callable[[], SearchStrategy[R]] | None = None
+    #: For a leased lifecycle: the inputs of a claim made through the lease protocol
+    #: (``Store.claim``/``claim_many``) at ``now`` by a worker with lease ``token``; the
+    #: generated tests then run the protocol itself on the store, against the memory
+    #: store's answers.
+    lease_inputs: Callable[[float, str], Any] | None = None
     max_depth: int = 100
     max_states: int = 500_000
 

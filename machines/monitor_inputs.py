@@ -398,6 +398,9 @@ def monitor_exploration(complete: Completer = _complete) -> Exploration[MonitorR
             "before/at/after the next poll and the lease expiry; holder, intruder, stale token"
         ),
         new_records=strategy_in(STRATEGIES, "new_records"),
+        lease_inputs=lambda now, token: MonitorInputs(
+            now=now, policy=POLICY, worker_id=CLAIMER, lease_token=token,
+            lease_seconds=LEASE_SECONDS),
     )
 
 

@@ -133,4 +133,5 @@ EXPLORATION: Exploration[ReviewRecord] = Exploration(
     bounds="one document, 1000 s deadline, max_revisions 1..2, 300 s leases; holder, "
            "other reviewer, expired lease; good, missing and malformed reasons",
     new_records=new_documents,
+    lease_inputs=lambda now, token: ReviewInputs(now=now, reviewer=REVIEWER, lease_token=token),
 )

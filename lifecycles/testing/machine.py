@@ -119,6 +119,7 @@ def build_state_machine(
     record_coverage: bool = True,
     max_records: int = 3,
     teardown: Callable[[S], None] | None = None,
+    lease_protocol: bool = True,
 ) -> type[RuleBasedStateMachine]:
     """A ``RuleBasedStateMachine`` driving ``subject`` on fresh stores from ``store_factory``.
 
@@ -130,7 +131,11 @@ def build_state_machine(
     the counts either way. Every run starts by creating one record, and ``create`` may
     run ``max_records`` times more (a repeated key is an idempotent insert; more when
     every record is final), so the remaining steps go to transitions.
-    ``teardown(store)`` runs after each example (close a connection, say).
+    ``teardown(store)`` runs after each example (close a connection, say). For a
+    leased lifecycle whose exploration declares ``lease_inputs``, a ``claim_due`` rule
+    also runs the lease protocol (``Store.claim``, ``Store.claim_many``) against the
+    memory store's answers; ``lease_protocol=False`` leaves it out (on the memory
+    store itself it would compare the store with itself).
     Use it as ``TestX = build_state_machine(...).TestCase``: its settings are the profile
     loaded when ``.TestCase`` is read, without the explain phase.
     """
@@ -291,10 +296,69 @@ def build_state_machine(
 
     for move in exploration.moves:
         add_move_rule(move)
+    if lease_protocol and lifecycle.lease is not None and exploration.lease_inputs is not None:
+        add_claim_rule(LifecycleMachine, lifecycle, exploration.lease_inputs, coverage)
     LifecycleMachine.__name__ = f"{lifecycle.name.title()}StateMachine"
     LifecycleMachine.__qualname__ = LifecycleMachine.__name__
     LifecycleMachine.coverage = coverage
     return LifecycleMachine
+
+
+def add_claim_rule(
+    machine_class: type[Any], lifecycle: Lifecycle[Any, Any],
+    lease_inputs: Callable[[float, str], Any], coverage: StepCoverage,
+) -> None:
+    """A ``claim_due`` rule: the lease protocol itself, on the store and on the model.
+
+    It draws a moment (each record's due time and lease expiry, and a second after)
+    and a batch size: 1 runs ``Store.claim`` (which may glance), more runs
+    ``Store.claim_many``. The same claim runs on a memory store holding the model's
+    records, the reference answers; the granted records and every record written
+    (rescues included) must agree.
+    """
+    from hypothesis import strategies as st
+    from hypothesis.stateful import precondition, rule
+
+    from lifecycles.stores.memory import MemoryStore
+
+    lease = lifecycle.lease
+    assert lease is not None
+
+    def moments(model: dict[str, Any]) -> list[float]:
+        marks = {float(getattr(r, field)) for r in model.values()
+                 for field in (lease.due_field, lease.expires_field)
+                 if getattr(r, field) is not None}
+        return sorted(marks | {mark + 1.0 for mark in marks})
+
+    def claim_due(machine: Any, data: Any) -> None:
+        now = data.draw(st.sampled_from(moments(machine.model)), label="now")
+        limit = data.draw(st.sampled_from([1, 2, 3]), label="limit")
+        step = len(machine.steps)
+        machine.steps.append(f"claim_due now={now:g} limit={limit}")
+
+        def inputs_for(n: int) -> Any:
+            return lease_inputs(now, f"claim-{step}-{n}")
+
+        reference: MemoryStore[Any] = MemoryStore(lifecycle)
+        for record in machine.model.values():
+            reference.insert(record)
+        with lifecycle.observing(coverage):
+            if limit == 1:
+                got = machine.store.claim(inputs_for(0))
+                granted = [] if got is None else [got]
+            else:
+                granted = machine.store.claim_many(inputs_for, limit)
+        expected_one = reference.claim(inputs_for(0)) if limit == 1 else None
+        expected = (([] if expected_one is None else [expected_one]) if limit == 1
+                    else reference.claim_many(inputs_for, limit))
+        machine.expect(granted == expected, f"claimed {granted!r}, the protocol {expected!r}")
+        machine.model = {lifecycle.key_of(r): r for r in reference.scan()}
+        machine.steps[-1] += f" -> {[lifecycle.key_of(r) for r in granted]}"
+
+    claim_due.__name__ = "claim_due"
+    guarded = precondition(lambda machine: bool(machine.model))(
+        rule(data=st.data())(claim_due))
+    machine_class.claim_due = guarded
 
 
 def coverage_of(machine: type[RuleBasedStateMachine]) -> StepCoverage:
