@@ -81,6 +81,9 @@ class Dialect(ABC):
     type_names: ClassVar[dict[str, str]]
     #: Appended to text columns: code-point order, so key order is the same everywhere.
     collation: ClassVar[str] = ""
+    #: How many records a claim's walk of the claim order reads before it asks the range
+    #: of due times instead (``SQLStore.due``); 0: the walk is not bounded.
+    walk_bound: ClassVar[int] = 0
     #: Whether a claim may first glance outside a transaction (see ``SQLStore.glance``):
     #: where writers serialise on the whole database anyway, a lost race is rare and
     #: cheap; where workers claim side by side with row locks, the transaction is better.
@@ -194,6 +197,11 @@ class Dialect(ABC):
         """``status IN ('pending', ...)``: the claimable statuses, from the lease trigger."""
         statuses = ", ".join(map(self.literal, lease_protocol.claimable_statuses(lifecycle)))
         return f"{self.quote(lifecycle.status_field)} IN ({statuses})"
+
+    def due_range_hint(self, schema: SQLSchema) -> str:
+        """Appended to the table in the due-time range query: where the planner needs
+        telling, the lease-order index (status, due time, claim order)."""
+        return ""
 
     def likely(self, clause: str) -> str:
         """``clause`` marked as true for most rows, where the planner takes such a hint: the
@@ -356,6 +364,23 @@ class SQLStore(Store[R], ABC):
             f"{self._select} WHERE {d.likely(claimable)} AND {d.likely(due_by)}",
             f" ORDER BY {order} LIMIT {p}{d.skip_locked}",
         )
+        self._due_range: tuple[str, str] | None = None
+        if d.walk_bound:
+            # Bounded: the walk reads the first `walk_bound` claimable records in claim
+            # order and keeps the due ones; when fewer than wanted are there, the range
+            # of due times answers instead (it sorts the due records: see ``due``).
+            walked = (
+                f"{self._select} WHERE {d.likely(claimable)} ORDER BY {order}"
+                f" LIMIT {d.walk_bound}"
+            )
+            self._due = (
+                f"SELECT {listed} FROM ({walked}) AS walked WHERE {due_by}",
+                f" ORDER BY {order} LIMIT {p}",
+            )
+            self._due_range = (
+                f"{self._select}{d.due_range_hint(self.schema)} WHERE {due}",
+                f" ORDER BY {order} LIMIT {p}",
+            )
         # Where rows are locked, in claim order: recoveries running at once share the work.
         locked = f" ORDER BY {order}{d.skip_locked}" if d.skip_locked else ""
         self._expired = f"{self._select} WHERE {expired}{locked}"
@@ -363,8 +388,7 @@ class SQLStore(Store[R], ABC):
         listed_c = ", ".join(f"c.{quote(name)}" for name in self.schema.column_names)
         self._glance = (
             f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {expired}), {listed_c}"
-            f" FROM (SELECT 1) AS one LEFT JOIN ({self._due[0]} ORDER BY {order} LIMIT 1)"
-            " AS c ON TRUE"
+            f" FROM (SELECT 1) AS one LEFT JOIN ({self._due[0]}{self._due[1]}) AS c ON TRUE"
         )
         self._count_due = f"SELECT count(*) FROM {table} WHERE {due}"
         self._count_expired = f"SELECT count(*) FROM {table} WHERE {expired}"
@@ -454,11 +478,20 @@ class SQLStore(Store[R], ABC):
         return found[0] if found else None
 
     def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[R]:
+        """The claim-order walk, bounded where the dialect bounds it: when the first
+        records in claim order hold ``limit`` due ones, they are the answer (every due
+        record after them comes later in claim order); otherwise the due-time range
+        answers, sorting only the records that are due. So a claim costs neither a walk
+        past every waiting record (many items watched, few due) nor a sort of every due
+        one (a backlog, where the first records are due)."""
         self._lease()
-        where, order = self._due
         left_out, params = self.dialect.excluding(self._key, sorted(exclude))
-        return [self._decode(row) for row in self._fetch(where + left_out + order,
-                                                          [now, *params, limit])]
+        where, order = self._due
+        rows = self._fetch(where + left_out + order, [now, *params, limit])
+        if self._due_range is not None and len(rows) < limit:
+            where, order = self._due_range
+            rows = self._fetch(where + left_out + order, [now, *params, limit])
+        return [self._decode(row) for row in rows]
 
     def glance(self, now: float) -> lease_protocol.Glance[R] | None:
         """One statement outside any transaction, where the dialect :attr:`~Dialect.glances`
@@ -466,9 +499,15 @@ class SQLStore(Store[R], ABC):
         self._lease()
         if not self.dialect.glances or self._depth or not self._verified:
             return None
-        ((expired, *first),) = self._fetch(self._glance, (now, now))
-        due = None if first[self._key_at] is None else self._decode(first)
-        return lease_protocol.Glance(bool(expired), due)
+        ((expired, *first),) = self._fetch(self._glance, (now, now, 1))
+        if first[self._key_at] is not None:
+            return lease_protocol.Glance(bool(expired), self._decode(first))
+        if self._due_range is None:
+            return lease_protocol.Glance(bool(expired), None)
+        # Nothing due among the records the walk read: ask the range of due times.
+        where, order = self._due_range
+        rows = self._fetch(where + order, [now, 1])
+        return lease_protocol.Glance(bool(expired), self._decode(rows[0]) if rows else None)
 
     def expired_leases(self, now: float) -> list[R]:
         self._lease()

@@ -114,6 +114,9 @@ class SQLiteDialect(Dialect):
     name = "sqlite"
     param = "?"
     glances = True
+    # Without statistics the planner cannot choose between walking the claim order and
+    # sorting the due records by the data: the store bounds the walk and falls back.
+    walk_bound = 64
     null_safe_equal = "IS"
     collation = ""
     # For DDL a schema writes itself (the monitor's); derived tables stay untyped.
@@ -149,6 +152,9 @@ class SQLiteDialect(Dialect):
         # prefers the lease-order index and sorts every due record; likelihood() keeps
         # the clause's text, so the partial claim-order index still matches it.
         return f"likelihood({clause}, 0.99)"
+
+    def due_range_hint(self, schema: SQLSchema) -> str:
+        return f" INDEXED BY {self.quote(schema.table + '_due')}"
 
     def probe(self, schema: SQLSchema) -> tuple[str, tuple[Any, ...]]:
         binding = schema.binding

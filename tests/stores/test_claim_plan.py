@@ -82,21 +82,62 @@ def test_every_leased_lifecycle_gets_a_partial_index_in_claim_order(
 @pytest.mark.parametrize("exclude", [[], ["e1"], ["e1", "e2", "e3"]])
 @pytest.mark.parametrize("schema", ["derived", "reference"])
 @pytest.mark.parametrize("rows", [0, 3000])
-def test_a_sqlite_claim_walks_the_claim_order_index(
+def test_a_sqlite_claim_walks_the_claim_order_index_a_bounded_number_of_records(
     exclude: list[str], schema: str, rows: int
 ) -> None:
-    """No sort (``USE TEMP B-TREE FOR ORDER BY``) and no scan of the table itself, empty
-    or filled and analysed, with and without keys passed over."""
+    """The walk reads the partial claim-order index in order, at most ``walk_bound``
+    records (only those are sorted, by the outer ORDER BY); the fallback searches the
+    due-time range of the lease-order index. No scan of the table itself, empty or
+    filled and analysed, with and without keys passed over."""
     connection = sqlite3.connect(":memory:")
     bound: SQLSchema = MonitorSchema("c" * 64) if schema == "reference" else SQLSchema(MONITOR)
     store = SQLiteStore(MONITOR, connection, bound)
     if rows:
         fill(connection, rows, finished=True, table=bound.table)
         connection.execute("ANALYZE")
-    plan = sqlite_plan(store, exclude)
     table = bound.table
-    assert not any("TEMP B-TREE" in step for step in plan), plan
-    assert plan == [f"SCAN {table} USING INDEX {table}_claim_order"], plan
+    statement, _ = claim_statement(store, exclude)
+    assert f"ORDER BY created_at, event_id LIMIT {store.dialect.walk_bound})" in statement
+    assert sqlite_plan(store, exclude) == [
+        "CO-ROUTINE walked", f"SCAN {table} USING INDEX {table}_claim_order",
+        "SCAN walked", "USE TEMP B-TREE FOR ORDER BY"]
+    assert store._due_range is not None
+    where, order = store._due_range
+    left_out, params = store.dialect.excluding(store._key, exclude)
+    plan = [row[3] for row in store.run(
+        f"EXPLAIN QUERY PLAN {where}{left_out}{order}", [1e12, *params, 1])]
+    assert plan == [
+        f"SEARCH {table} USING INDEX {table}_due (status=? AND next_poll_at<?)",
+        "USE TEMP B-TREE FOR ORDER BY"], plan
+
+
+@pytest.mark.parametrize("exclude", [0, 1, 5])
+def test_due_records_beyond_the_walk_are_found_in_claim_order(exclude: int) -> None:
+    """Many watched records first in claim order, none due: the walk finds nothing and
+    the due-time range answers, in claim order, passing over excluded keys."""
+    connection = sqlite3.connect(":memory:")
+    store = SQLiteStore(MONITOR, connection, MonitorSchema("c" * 64))
+    waiting = store.dialect.walk_bound * 3
+    with connection:
+        connection.executemany(
+            f"INSERT INTO {TABLE} (event_id, notification_id, site_id, terminal_status,"
+            " notification_sha256, status, poll_attempts, failures, max_failures,"
+            " next_poll_at, receiver_status, receiver_attempts, receiver_max_attempts,"
+            " receiver_next_attempt_at, receiver_lease_expired, created_at, updated_at)"
+            " VALUES (?, ?, 's', 'published', ?, ?, ?, 0, 5, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(f"w{i:04d}", f"nw{i}", "a" * 64, "watching", 1, 1e9, "pending", 0, 5, 10.0, 0,
+              float(i), float(i)) for i in range(waiting)]
+            + [(f"p{i:04d}", f"np{i}", "a" * 64, "pending", 0, 5e3 - i, None, None, None, None,
+                None, 1e4 - i, 1e4 - i) for i in range(10)],
+        )
+    due = sorted((r for r in store.scan() if lease.is_due(MONITOR, r, 1e4)),
+                 key=lambda r: (r.created_at, r.event_id))
+    left_out = frozenset(r.event_id for r in due[:exclude])
+    assert store.due(1e4, 3, left_out) == due[exclude:exclude + 3]
+    assert store.next_due(1e4, left_out) == due[exclude]
+    seen = store.glance(1e4)
+    assert seen is not None and seen.first_due == due[0] and not seen.expired
+    assert store.due(100.0, 3) == []  # before any is due: nothing, from both queries
 
 
 def test_without_the_index_the_claim_sorts_and_still_answers() -> None:
@@ -107,7 +148,7 @@ def test_without_the_index_the_claim_sorts_and_still_answers() -> None:
     expected = store.next_due(1e12, frozenset({"e0000000"}))
     connection.execute(f"DROP INDEX {TABLE}_claim_order")
     plan = sqlite_plan(store, [])
-    assert "USE TEMP B-TREE FOR ORDER BY" in plan, plan
+    assert f"SCAN {TABLE}" in plan, plan  # the walk now reads the table itself
     assert store.next_due(1e12, frozenset({"e0000000"})) == expected
     assert expected is not None and expected.event_id == "e0000001"
 
