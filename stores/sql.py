@@ -365,6 +365,9 @@ class SQLStore(Store[R], ABC):
             f" ORDER BY {order} LIMIT {p}{d.skip_locked}",
         )
         self._due_range: tuple[str, str] | None = None
+        self._due_walk_all = self._due
+        self._sorted_at_most = 0
+        self._count_due_capped = ""
         if d.walk_bound:
             # Bounded: the walk reads the first `walk_bound` claimable records in claim
             # order and keeps the due ones; when fewer than wanted are there, the range
@@ -379,6 +382,17 @@ class SQLStore(Store[R], ABC):
             )
             self._due_range = (
                 f"{self._select}{d.due_range_hint(self.schema)} WHERE {due}",
+                f" ORDER BY {order} LIMIT {p}",
+            )
+            # Beyond the walk: the range when it is short (its sort is then cheap), the
+            # unbounded walk when many records are due (one of them is likely near).
+            self._sorted_at_most = 4 * d.walk_bound
+            self._count_due_capped = (
+                f"SELECT count(*) FROM (SELECT 1 FROM {table}{d.due_range_hint(self.schema)}"
+                f" WHERE {due} LIMIT {self._sorted_at_most + 1}) AS due"
+            )
+            self._due_walk_all = (
+                f"{self._select} WHERE {d.likely(claimable)} AND {d.likely(due_by)}",
                 f" ORDER BY {order} LIMIT {p}",
             )
         # Where rows are locked, in claim order: recoveries running at once share the work.
@@ -489,9 +503,23 @@ class SQLStore(Store[R], ABC):
         where, order = self._due
         rows = self._fetch(where + left_out + order, [now, *params, limit])
         if self._due_range is not None and len(rows) < limit:
-            where, order = self._due_range
-            rows = self._fetch(where + left_out + order, [now, *params, limit])
+            rows = self._beyond_the_walk(now, limit, left_out, params)
         return [self._decode(row) for row in rows]
+
+    def _beyond_the_walk(
+        self, now: float, limit: int, left_out: str, params: list[Any]
+    ) -> list[tuple[Any, ...]]:
+        """The first ``limit`` due records when the bounded walk did not hold them: the
+        due-time range, sorted, when at most ``4 * walk_bound`` records are due (a
+        steady state: many waiting, few due); the whole walk of the claim order when
+        more are due (a backlog draining: the next due record is near the walk's start).
+        The one case that stays slow is both at once, many due records far behind many
+        waiting ones: a claim order over due records is two-dimensional, and no single
+        index orders it."""
+        assert self._due_range is not None
+        ((count,),) = self._fetch(self._count_due_capped, [now])
+        where, order = self._due_range if count <= self._sorted_at_most else self._due_walk_all
+        return self._fetch(where + left_out + order, [now, *params, limit])
 
     def glance(self, now: float) -> lease_protocol.Glance[R] | None:
         """One statement outside any transaction, where the dialect :attr:`~Dialect.glances`
@@ -504,9 +532,8 @@ class SQLStore(Store[R], ABC):
             return lease_protocol.Glance(bool(expired), self._decode(first))
         if self._due_range is None:
             return lease_protocol.Glance(bool(expired), None)
-        # Nothing due among the records the walk read: ask the range of due times.
-        where, order = self._due_range
-        rows = self._fetch(where + order, [now, 1])
+        # Nothing due among the records the walk read: look beyond it.
+        rows = self._beyond_the_walk(now, 1, "", [])
         return lease_protocol.Glance(bool(expired), self._decode(rows[0]) if rows else None)
 
     def expired_leases(self, now: float) -> list[R]:

@@ -190,3 +190,30 @@ def test_a_postgresql_claim_walks_the_claim_order_index() -> None:
             assert found is not None and found.event_id == "e0000003"  # e0000002 is finished
         finally:
             connection.close()
+
+
+def test_a_backlog_behind_the_walk_is_claimed_by_the_whole_walk_in_claim_order() -> None:
+    """More records due than the range would sort (``4 * walk_bound``), all behind more
+    than a walk's worth of waiting ones: the whole walk answers, in claim order."""
+    connection = sqlite3.connect(":memory:")
+    store = SQLiteStore(MONITOR, connection, MonitorSchema("c" * 64))
+    bound = store.dialect.walk_bound
+    with connection:
+        connection.executemany(
+            f"INSERT INTO {TABLE} (event_id, notification_id, site_id, terminal_status,"
+            " notification_sha256, status, poll_attempts, failures, max_failures,"
+            " next_poll_at, receiver_status, receiver_attempts, receiver_max_attempts,"
+            " receiver_next_attempt_at, receiver_lease_expired, created_at, updated_at)"
+            " VALUES (?, ?, 's', 'published', ?, ?, ?, 0, 5, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(f"w{i:04d}", f"nw{i}", "a" * 64, "watching", 1, 1e9, "pending", 0, 5, 10.0, 0,
+              float(i), float(i)) for i in range(2 * bound)]
+            + [(f"p{i:04d}", f"np{i}", "a" * 64, "pending", 0, 5e3, None, None, None, None,
+                None, 1e4 - i, 1e4 - i) for i in range(5 * bound)],
+        )
+    due = sorted((r for r in store.scan() if lease.is_due(MONITOR, r, 1e4)),
+                 key=lambda r: (r.created_at, r.event_id))
+    assert len(due) > store._sorted_at_most
+    assert store.due(1e4, 2) == due[:2]
+    assert store.due(1e4, 2, frozenset({due[0].event_id})) == due[1:3]
+    seen = store.glance(1e4)
+    assert seen is not None and seen.first_due == due[0]
