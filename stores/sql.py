@@ -62,6 +62,10 @@ __all__ = [
 # How many records one page of :meth:`SQLStore.scan` reads.
 SCAN_PAGE = 500
 
+# Beyond a bounded walk, the due-time range is asked when at most this many records are
+# due: sorting them costs about as much as a walk of a few thousand index entries.
+SORTED_AT_MOST = 256
+
 
 # --- dialects ------------------------------------------------------------------------
 
@@ -81,6 +85,8 @@ class Dialect(ABC):
     type_names: ClassVar[dict[str, str]]
     #: Appended to text columns: code-point order, so key order is the same everywhere.
     collation: ClassVar[str] = ""
+    #: A number above every number a column holds (the bound of an empty walk).
+    infinity: ClassVar[str] = "'Infinity'::float8"
     #: How many records a claim's walk of the claim order reads before it asks the range
     #: of due times instead (``SQLStore.due``); 0: the walk is not bounded.
     walk_bound: ClassVar[int] = 0
@@ -365,19 +371,22 @@ class SQLStore(Store[R], ABC):
             f" ORDER BY {order} LIMIT {p}{d.skip_locked}",
         )
         self._due_range: tuple[str, str] | None = None
-        self._due_walk_all = self._due
+        self._due_walk_all = self._due  # the unbounded walk, kept when `_due` is bounded
         self._sorted_at_most = 0
         self._count_due_capped = ""
-        if d.walk_bound:
-            # Bounded: the walk reads the first `walk_bound` claimable records in claim
-            # order and keeps the due ones; when fewer than wanted are there, the range
-            # of due times answers instead (it sorts the due records: see ``due``).
-            walked = (
-                f"{self._select} WHERE {d.likely(claimable)} ORDER BY {order}"
-                f" LIMIT {d.walk_bound}"
+        first = lease.order_by[0]
+        numeric = any(c.name == first and c.kind in ("integer", "bigint", "real")
+                      for c in self.schema.columns)
+        if d.walk_bound and numeric:
+            # Bounded: the walk stops at the `walk_bound`-th claimable record in claim
+            # order (found by skipping that many entries of the same index, not reading
+            # their rows); when it holds fewer due ones than wanted, ``due`` looks beyond.
+            bound = (
+                f"(SELECT {quote(first)} FROM {table} WHERE {d.likely(claimable)}"
+                f" ORDER BY {order} LIMIT 1 OFFSET {d.walk_bound - 1})"
             )
             self._due = (
-                f"SELECT {listed} FROM ({walked}) AS walked WHERE {due_by}",
+                f"{self._due[0]} AND {quote(first)} <= COALESCE({bound}, {d.infinity})",
                 f" ORDER BY {order} LIMIT {p}",
             )
             self._due_range = (
@@ -386,7 +395,7 @@ class SQLStore(Store[R], ABC):
             )
             # Beyond the walk: the range when it is short (its sort is then cheap), the
             # unbounded walk when many records are due (one of them is likely near).
-            self._sorted_at_most = 4 * d.walk_bound
+            self._sorted_at_most = SORTED_AT_MOST
             self._count_due_capped = (
                 f"SELECT count(*) FROM (SELECT 1 FROM {table}{d.due_range_hint(self.schema)}"
                 f" WHERE {due} LIMIT {self._sorted_at_most + 1}) AS due"
@@ -400,8 +409,11 @@ class SQLStore(Store[R], ABC):
         self._expired = f"{self._select} WHERE {expired}{locked}"
         # The glance: whether any lease has expired, beside the first due record (if any).
         listed_c = ", ".join(f"c.{quote(name)}" for name in self.schema.column_names)
+        # Beside them, where the walk is bounded, how many records are due (capped): what
+        # to ask when the walk found none (``_beyond_the_walk``), without another query.
+        counted = f"({self._count_due_capped})" if d.walk_bound else "0"
         self._glance = (
-            f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {expired}), {listed_c}"
+            f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {expired}), {counted}, {listed_c}"
             f" FROM (SELECT 1) AS one LEFT JOIN ({self._due[0]}{self._due[1]}) AS c ON TRUE"
         )
         self._count_due = f"SELECT count(*) FROM {table} WHERE {due}"
@@ -507,17 +519,19 @@ class SQLStore(Store[R], ABC):
         return [self._decode(row) for row in rows]
 
     def _beyond_the_walk(
-        self, now: float, limit: int, left_out: str, params: list[Any]
+        self, now: float, limit: int, left_out: str, params: list[Any],
+        count: int | None = None,
     ) -> list[tuple[Any, ...]]:
         """The first ``limit`` due records when the bounded walk did not hold them: the
-        due-time range, sorted, when at most ``4 * walk_bound`` records are due (a
+        due-time range, sorted, when at most ``SORTED_AT_MOST`` records are due (a
         steady state: many waiting, few due); the whole walk of the claim order when
         more are due (a backlog draining: the next due record is near the walk's start).
         The one case that stays slow is both at once, many due records far behind many
         waiting ones: a claim order over due records is two-dimensional, and no single
         index orders it."""
         assert self._due_range is not None
-        ((count,),) = self._fetch(self._count_due_capped, [now])
+        if count is None:
+            ((count,),) = self._fetch(self._count_due_capped, [now])
         where, order = self._due_range if count <= self._sorted_at_most else self._due_walk_all
         return self._fetch(where + left_out + order, [now, *params, limit])
 
@@ -527,13 +541,14 @@ class SQLStore(Store[R], ABC):
         self._lease()
         if not self.dialect.glances or self._depth or not self._verified:
             return None
-        ((expired, *first),) = self._fetch(self._glance, (now, now, 1))
+        counting = [now] if self.dialect.walk_bound else []
+        ((expired, due_count, *first),) = self._fetch(self._glance, (now, *counting, now, 1))
         if first[self._key_at] is not None:
             return lease_protocol.Glance(bool(expired), self._decode(first))
-        if self._due_range is None:
+        if self._due_range is None or not due_count:
             return lease_protocol.Glance(bool(expired), None)
         # Nothing due among the records the walk read: look beyond it.
-        rows = self._beyond_the_walk(now, 1, "", [])
+        rows = self._beyond_the_walk(now, 1, "", [], due_count)
         return lease_protocol.Glance(bool(expired), self._decode(rows[0]) if rows else None)
 
     def expired_leases(self, now: float) -> list[R]:

@@ -116,7 +116,9 @@ class SQLiteDialect(Dialect):
     glances = True
     # Without statistics the planner cannot choose between walking the claim order and
     # sorting the due records by the data: the store bounds the walk and falls back.
+    # The bound costs a skip of that many index entries: about 3 us for 64.
     walk_bound = 64
+    infinity = "9e999"
     null_safe_equal = "IS"
     collation = ""
     # For DDL a schema writes itself (the monitor's); derived tables stay untyped.

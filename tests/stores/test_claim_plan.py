@@ -85,10 +85,11 @@ def test_every_leased_lifecycle_gets_a_partial_index_in_claim_order(
 def test_a_sqlite_claim_walks_the_claim_order_index_a_bounded_number_of_records(
     exclude: list[str], schema: str, rows: int
 ) -> None:
-    """The walk reads the partial claim-order index in order, at most ``walk_bound``
-    records (only those are sorted, by the outer ORDER BY); the fallback searches the
-    due-time range of the lease-order index. No scan of the table itself, empty or
-    filled and analysed, with and without keys passed over."""
+    """The walk reads the partial claim-order index in order, bounded by the claim-order
+    key of the ``walk_bound``-th claimable record (found by skipping entries of the same
+    index): no sort, no scan of the table itself. The fallback searches the due-time
+    range of the lease-order index. Empty or filled and analysed, with and without keys
+    passed over."""
     connection = sqlite3.connect(":memory:")
     bound: SQLSchema = MonitorSchema("c" * 64) if schema == "reference" else SQLSchema(MONITOR)
     store = SQLiteStore(MONITOR, connection, bound)
@@ -97,10 +98,10 @@ def test_a_sqlite_claim_walks_the_claim_order_index_a_bounded_number_of_records(
         connection.execute("ANALYZE")
     table = bound.table
     statement, _ = claim_statement(store, exclude)
-    assert f"ORDER BY created_at, event_id LIMIT {store.dialect.walk_bound})" in statement
+    assert f"LIMIT 1 OFFSET {store.dialect.walk_bound - 1}), 9e999)" in statement
     assert sqlite_plan(store, exclude) == [
-        "CO-ROUTINE walked", f"SCAN {table} USING INDEX {table}_claim_order",
-        "SCAN walked", "USE TEMP B-TREE FOR ORDER BY"]
+        f"SEARCH {table} USING INDEX {table}_claim_order (created_at<?)",
+        "SCALAR SUBQUERY 1", f"SCAN {table} USING INDEX {table}_claim_order"]
     assert store._due_range is not None
     where, order = store._due_range
     left_out, params = store.dialect.excluding(store._key, exclude)
@@ -148,7 +149,7 @@ def test_without_the_index_the_claim_sorts_and_still_answers() -> None:
     expected = store.next_due(1e12, frozenset({"e0000000"}))
     connection.execute(f"DROP INDEX {TABLE}_claim_order")
     plan = sqlite_plan(store, [])
-    assert f"SCAN {TABLE}" in plan, plan  # the walk now reads the table itself
+    assert "USE TEMP B-TREE FOR ORDER BY" in plan, plan
     assert store.next_due(1e12, frozenset({"e0000000"})) == expected
     assert expected is not None and expected.event_id == "e0000001"
 
@@ -193,7 +194,7 @@ def test_a_postgresql_claim_walks_the_claim_order_index() -> None:
 
 
 def test_a_backlog_behind_the_walk_is_claimed_by_the_whole_walk_in_claim_order() -> None:
-    """More records due than the range would sort (``4 * walk_bound``), all behind more
+    """More records due than the range would sort (``SORTED_AT_MOST``), all behind more
     than a walk's worth of waiting ones: the whole walk answers, in claim order."""
     connection = sqlite3.connect(":memory:")
     store = SQLiteStore(MONITOR, connection, MonitorSchema("c" * 64))
@@ -208,7 +209,7 @@ def test_a_backlog_behind_the_walk_is_claimed_by_the_whole_walk_in_claim_order()
             [(f"w{i:04d}", f"nw{i}", "a" * 64, "watching", 1, 1e9, "pending", 0, 5, 10.0, 0,
               float(i), float(i)) for i in range(2 * bound)]
             + [(f"p{i:04d}", f"np{i}", "a" * 64, "pending", 0, 5e3, None, None, None, None,
-                None, 1e4 - i, 1e4 - i) for i in range(5 * bound)],
+                None, 1e4 - i, 1e4 - i) for i in range(2 * store._sorted_at_most)],
         )
     due = sorted((r for r in store.scan() if lease.is_due(MONITOR, r, 1e4)),
                  key=lambda r: (r.created_at, r.event_id))
