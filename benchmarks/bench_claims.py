@@ -122,13 +122,17 @@ def median_ms(claim: Callable[[float], Any], claims: int, now: float) -> float:
     return statistics.median(times) * 1000
 
 
-def measure(directory: Path, items: int, claims: int) -> dict[str, float]:
-    now = items / 1000 + 1.0  # every item is due
+def measure_table(
+    path_of: Callable[[str], Path], fill_table: Callable[[sqlite3.Connection], None],
+    now: float, claims: int,
+) -> dict[str, float]:
+    """Median claim latency of each monitor (and the raw claim on lifecycles' file) on a
+    table ``fill_table`` writes, every claim at or after ``now``."""
     figures: dict[str, float] = {}
     for name, module in (("lifecycles", lifecycles_monitor), ("reference", reference)):
-        connection = sqlite3.connect(directory / f"{name}-{items}.db", isolation_level=None)
+        connection = sqlite3.connect(path_of(name), isolation_level=None)
         monitor = module.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
-        fill(connection, items)
+        fill_table(connection)
         figures[name] = median_ms(
             lambda at, m=monitor: m.claim("w1", now=at, lease_seconds=600), claims, now
         )
@@ -139,21 +143,18 @@ def measure(directory: Path, items: int, claims: int) -> dict[str, float]:
     return figures
 
 
+def measure(directory: Path, items: int, claims: int) -> dict[str, float]:
+    return measure_table(  # every item is due
+        lambda name: directory / f"{name}-{items}.db",
+        lambda connection: fill(connection, items), items / 1000 + 1.0, claims,
+    )
+
+
 def measure_waiting(directory: Path, waiting: int, claims: int) -> dict[str, float]:
-    now = 2e6  # the watched items' next poll is far off; the pending ones are all due
-    figures: dict[str, float] = {}
-    for name, module in (("lifecycles", lifecycles_monitor), ("reference", reference)):
-        connection = sqlite3.connect(directory / f"{name}-w{waiting}.db", isolation_level=None)
-        monitor = module.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
-        fill_waiting(connection, waiting)
-        figures[name] = median_ms(
-            lambda at, m=monitor: m.claim("w1", now=at, lease_seconds=600), claims // 2, now
-        )
-        if name == "lifecycles":
-            connection.row_factory = None
-            figures["raw"] = median_ms(raw_claimer(connection), claims // 2, now + claims)
-        connection.close()
-    return figures
+    return measure_table(  # the watched items' next poll is far off; the pending ones are due
+        lambda name: directory / f"{name}-w{waiting}.db",
+        lambda connection: fill_waiting(connection, waiting), 2e6, claims // 2,
+    )
 
 
 def main() -> int:

@@ -178,42 +178,40 @@ def test_a_row_changed_validly_while_reading_is_completed_from_a_fresh_read(
     assert (status.status, status.max_failures, status.poll_attempts) == ("watching", 9, 1)
 
 
-def test_a_row_broken_while_reading_is_refused_as_state_invalid_and_left_as_it_is(
-    on_disk: DurableTerminalProcessingMonitor,
-) -> None:
-    reader = while_reading(on_disk, "UPDATE cms_source_terminal_processing SET failures = 99"
+def refused_after_change(
+    monitor: DurableTerminalProcessingMonitor, change: str, refusal: type[Exception]
+) -> Any:
+    """run_once with ``change`` made while the reader runs: the refusal it raises, once
+    the table is shown unchanged since the change."""
+    reader = while_reading(monitor, f"UPDATE cms_source_terminal_processing SET {change}"
                                     " WHERE event_id = ?")
     before: list[Any] = []
 
     def remember_then_read(event_id: str, site_id: str) -> Any:
         result = reader(event_id, site_id)
-        before.extend(rows(on_disk))
+        before.extend(rows(monitor))
         return result
 
-    with pytest.raises(StateInvalid) as raised:
-        on_disk.run_once(remember_then_read, "w1", now=20)
-    assert raised.value.code == "terminal_processing_monitor.state_invalid"
-    assert raised.value.rules == ("failures_within_max", "polls_cover_failures")
-    assert raised.value.event_ids == ("e0",)
-    assert rows(on_disk) == before  # nothing written over the broken row
+    with pytest.raises(refusal) as raised:
+        monitor.run_once(remember_then_read, "w1", now=20)
+    assert rows(monitor) == before  # nothing written over what the change left
+    return raised.value
+
+
+def test_a_row_broken_while_reading_is_refused_as_state_invalid_and_left_as_it_is(
+    on_disk: DurableTerminalProcessingMonitor,
+) -> None:
+    refusal = refused_after_change(on_disk, "failures = 99", StateInvalid)
+    assert refusal.code == "terminal_processing_monitor.state_invalid"
+    assert refusal.rules == ("failures_within_max", "polls_cover_failures")
+    assert refusal.event_ids == ("e0",)
 
 
 def test_a_lease_taken_over_while_reading_is_claim_lost_and_writes_nothing(
     on_disk: DurableTerminalProcessingMonitor,
 ) -> None:
-    reader = while_reading(on_disk, "UPDATE cms_source_terminal_processing"
-                                    " SET lease_token = 'someone-else' WHERE event_id = ?")
-    before: list[Any] = []
-
-    def remember_then_read(event_id: str, site_id: str) -> Any:
-        result = reader(event_id, site_id)
-        before.extend(rows(on_disk))
-        return result
-
-    with pytest.raises(LeaseLost) as raised:
-        on_disk.run_once(remember_then_read, "w1", now=20)
-    assert raised.value.code == "terminal_processing_monitor.claim_lost"
-    assert rows(on_disk) == before
+    refusal = refused_after_change(on_disk, "lease_token = 'someone-else'", LeaseLost)
+    assert refusal.code == "terminal_processing_monitor.claim_lost"
 
 
 def test_a_glance_that_sees_an_expired_lease_claims_in_a_transaction_that_rescues_it(

@@ -9,6 +9,7 @@ planner matches a partial index only against the same text in the statement).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -112,13 +113,10 @@ def test_a_sqlite_claim_walks_the_claim_order_index_a_bounded_number_of_records(
         "USE TEMP B-TREE FOR ORDER BY"], plan
 
 
-@pytest.mark.parametrize("exclude", [0, 1, 5])
-def test_due_records_beyond_the_walk_are_found_in_claim_order(exclude: int) -> None:
-    """Many watched records first in claim order, none due: the walk finds nothing and
-    the due-time range answers, in claim order, passing over excluded keys."""
-    connection = sqlite3.connect(":memory:")
-    store = SQLiteStore(MONITOR, connection, MonitorSchema("c" * 64))
-    waiting = store.dialect.walk_bound * 3
+def fill_waiting(connection: sqlite3.Connection, waiting: int, due: int,
+                 due_at: Callable[[int], float]) -> None:
+    """``waiting`` watched records first in claim order (next poll far off), then ``due``
+    pending ones created in falling order, record i due from ``due_at(i)``."""
     with connection:
         connection.executemany(
             f"INSERT INTO {TABLE} (event_id, notification_id, site_id, terminal_status,"
@@ -128,9 +126,19 @@ def test_due_records_beyond_the_walk_are_found_in_claim_order(exclude: int) -> N
             " VALUES (?, ?, 's', 'published', ?, ?, ?, 0, 5, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(f"w{i:04d}", f"nw{i}", "a" * 64, "watching", 1, 1e9, "pending", 0, 5, 10.0, 0,
               float(i), float(i)) for i in range(waiting)]
-            + [(f"p{i:04d}", f"np{i}", "a" * 64, "pending", 0, 5e3 - i, None, None, None, None,
-                None, 1e4 - i, 1e4 - i) for i in range(10)],
+            + [(f"p{i:04d}", f"np{i}", "a" * 64, "pending", 0, due_at(i), None, None, None,
+                None, None, 1e4 - i, 1e4 - i) for i in range(due)],
         )
+
+
+@pytest.mark.parametrize("exclude", [0, 1, 5])
+def test_due_records_beyond_the_walk_are_found_in_claim_order(exclude: int) -> None:
+    """Many watched records first in claim order, none due: the walk finds nothing and
+    the due-time range answers, in claim order, passing over excluded keys."""
+    connection = sqlite3.connect(":memory:")
+    store = SQLiteStore(MONITOR, connection, MonitorSchema("c" * 64))
+    waiting = store.dialect.walk_bound * 3
+    fill_waiting(connection, waiting, due=10, due_at=lambda i: 5e3 - i)
     due = sorted((r for r in store.scan() if lease.is_due(MONITOR, r, 1e4)),
                  key=lambda r: (r.created_at, r.event_id))
     left_out = frozenset(r.event_id for r in due[:exclude])
@@ -199,18 +207,8 @@ def test_a_backlog_behind_the_walk_is_claimed_by_the_whole_walk_in_claim_order()
     connection = sqlite3.connect(":memory:")
     store = SQLiteStore(MONITOR, connection, MonitorSchema("c" * 64))
     bound = store.dialect.walk_bound
-    with connection:
-        connection.executemany(
-            f"INSERT INTO {TABLE} (event_id, notification_id, site_id, terminal_status,"
-            " notification_sha256, status, poll_attempts, failures, max_failures,"
-            " next_poll_at, receiver_status, receiver_attempts, receiver_max_attempts,"
-            " receiver_next_attempt_at, receiver_lease_expired, created_at, updated_at)"
-            " VALUES (?, ?, 's', 'published', ?, ?, ?, 0, 5, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(f"w{i:04d}", f"nw{i}", "a" * 64, "watching", 1, 1e9, "pending", 0, 5, 10.0, 0,
-              float(i), float(i)) for i in range(2 * bound)]
-            + [(f"p{i:04d}", f"np{i}", "a" * 64, "pending", 0, 5e3, None, None, None, None,
-                None, 1e4 - i, 1e4 - i) for i in range(2 * store._sorted_at_most)],
-        )
+    fill_waiting(connection, 2 * bound, due=2 * store._sorted_at_most,
+                 due_at=lambda i: 5e3)
     due = sorted((r for r in store.scan() if lease.is_due(MONITOR, r, 1e4)),
                  key=lambda r: (r.created_at, r.event_id))
     assert len(due) > store._sorted_at_most
