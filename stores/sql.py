@@ -42,6 +42,7 @@ from lifecycles.stores.base import (
     UniqueViolation,
 )
 from lifecycles.stores.codecs import as_is, from_json_or_none, json_or_none, plain
+from lifecycles.stores.sql_lease import SORTED_AT_MOST, LeaseStatements
 from lifecycles.stores.sql_schema import (
     Catalogue,
     Column,
@@ -62,9 +63,6 @@ __all__ = [
 # How many records one page of :meth:`SQLStore.scan` reads.
 SCAN_PAGE = 500
 
-# Beyond a bounded walk, the due-time range is asked when at most this many records are
-# due: sorting them costs about as much as a walk of a few thousand index entries.
-SORTED_AT_MOST = 256
 
 
 # --- dialects ------------------------------------------------------------------------
@@ -355,69 +353,9 @@ class SQLStore(Store[R], ABC):
             assignments = ", ".join(f"{quote(name)} = {p}" for name in fields)
             update = f"UPDATE {table} SET {assignments} WHERE {whole}"
             self._updates[row] = (update, update + unprobed, fields)
-        if lease is None:
-            return
-        claimable, due_by = d.claimable_clause(lifecycle), f"{quote(lease.due_field)} <= {p}"
-        due = f"{claimable} AND {due_by}"
-        expired = (
-            f"{status} = {d.literal(lease_protocol.leased_status(lifecycle))}"
-            f" AND {quote(lease.expires_field)} <= {p}"
+        self._leasing = (
+            None if lease is None else LeaseStatements.build(d, self.schema, self._select)
         )
-        order = ", ".join(map(quote, lease.order_by))
-        # The claim walks the partial claim-order index (its WHERE is `claimable`, as text).
-        # (where, order): exclusions go between them; the order ends with a LIMIT parameter.
-        self._due = (
-            f"{self._select} WHERE {d.likely(claimable)} AND {d.likely(due_by)}",
-            f" ORDER BY {order} LIMIT {p}{d.skip_locked}",
-        )
-        self._due_range: tuple[str, str] | None = None
-        self._due_walk_all = self._due  # the unbounded walk, kept when `_due` is bounded
-        self._sorted_at_most = 0
-        self._count_due_capped = ""
-        first = lease.order_by[0]
-        numeric = any(c.name == first and c.kind in ("integer", "bigint", "real")
-                      for c in self.schema.columns)
-        if d.walk_bound and numeric:
-            # Bounded: the walk stops at the `walk_bound`-th claimable record in claim
-            # order (found by skipping that many entries of the same index, not reading
-            # their rows); when it holds fewer due ones than wanted, ``due`` looks beyond.
-            bound = (
-                f"(SELECT {quote(first)} FROM {table} WHERE {d.likely(claimable)}"
-                f" ORDER BY {order} LIMIT 1 OFFSET {d.walk_bound - 1})"
-            )
-            self._due = (
-                f"{self._due[0]} AND {quote(first)} <= COALESCE({bound}, {d.infinity})",
-                f" ORDER BY {order} LIMIT {p}",
-            )
-            self._due_range = (
-                f"{self._select}{d.due_range_hint(self.schema)} WHERE {due}",
-                f" ORDER BY {order} LIMIT {p}",
-            )
-            # Beyond the walk: the range when it is short (its sort is then cheap), the
-            # unbounded walk when many records are due (one of them is likely near).
-            self._sorted_at_most = SORTED_AT_MOST
-            self._count_due_capped = (
-                f"SELECT count(*) FROM (SELECT 1 FROM {table}{d.due_range_hint(self.schema)}"
-                f" WHERE {due} LIMIT {self._sorted_at_most + 1}) AS due"
-            )
-            self._due_walk_all = (
-                f"{self._select} WHERE {d.likely(claimable)} AND {d.likely(due_by)}",
-                f" ORDER BY {order} LIMIT {p}",
-            )
-        # Where rows are locked, in claim order: recoveries running at once share the work.
-        locked = f" ORDER BY {order}{d.skip_locked}" if d.skip_locked else ""
-        self._expired = f"{self._select} WHERE {expired}{locked}"
-        # The glance: whether any lease has expired, beside the first due record (if any).
-        listed_c = ", ".join(f"c.{quote(name)}" for name in self.schema.column_names)
-        # Beside them, where the walk is bounded, how many records are due (capped): what
-        # to ask when the walk found none (``_beyond_the_walk``), without another query.
-        counted = f"({self._count_due_capped})" if d.walk_bound else "0"
-        self._glance = (
-            f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {expired}), {counted}, {listed_c}"
-            f" FROM (SELECT 1) AS one LEFT JOIN ({self._due[0]}{self._due[1]}) AS c ON TRUE"
-        )
-        self._count_due = f"SELECT count(*) FROM {table} WHERE {due}"
-        self._count_expired = f"SELECT count(*) FROM {table} WHERE {expired}"
 
     # -- transactions and the schema under the store -----------------------------------
 
@@ -506,15 +444,15 @@ class SQLStore(Store[R], ABC):
     def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[R]:
         """The claim-order walk, bounded where the dialect bounds it: when the first
         records in claim order hold ``limit`` due ones, they are the answer (every due
-        record after them comes later in claim order); otherwise the due-time range
-        answers, sorting only the records that are due. So a claim costs neither a walk
-        past every waiting record (many items watched, few due) nor a sort of every due
-        one (a backlog, where the first records are due)."""
-        self._lease()
+        record after them comes later in claim order); otherwise ``_beyond_the_walk``.
+        So a claim costs neither a walk past every waiting record (many items watched,
+        few due) nor a sort of every due one (a backlog, where the first records are
+        due)."""
+        leasing = self._lease_statements()
         left_out, params = self.dialect.excluding(self._key, sorted(exclude))
-        where, order = self._due
+        where, order = leasing.due
         rows = self._fetch(where + left_out + order, [now, *params, limit])
-        if self._due_range is not None and len(rows) < limit:
+        if leasing.bounded and len(rows) < limit:
             rows = self._beyond_the_walk(now, limit, left_out, params)
         return [self._decode(row) for row in rows]
 
@@ -529,31 +467,32 @@ class SQLStore(Store[R], ABC):
         The one case that stays slow is both at once, many due records far behind many
         waiting ones: a claim order over due records is two-dimensional, and no single
         index orders it."""
-        assert self._due_range is not None
+        leasing = self._lease_statements()
         if count is None:
-            ((count,),) = self._fetch(self._count_due_capped, [now])
-        where, order = self._due_range if count <= self._sorted_at_most else self._due_walk_all
+            ((count,),) = self._fetch(leasing.count_due_capped, [now])
+        where, order = leasing.due_range if count <= SORTED_AT_MOST else leasing.due_walk_all
         return self._fetch(where + left_out + order, [now, *params, limit])
 
     def glance(self, now: float) -> lease_protocol.Glance[R] | None:
         """One statement outside any transaction, where the dialect :attr:`~Dialect.glances`
-        and no transaction is open (inside one, the protocol's own queries are as cheap)."""
-        self._lease()
+        and no transaction is open (inside one, the protocol's own queries are as cheap):
+        whether a lease has expired, the first due record in the bounded walk and, where
+        the walk is bounded, how many records are due (capped) for looking beyond it."""
+        leasing = self._lease_statements()
         if not self.dialect.glances or self._depth or not self._verified:
             return None
-        counting = [now] if self.dialect.walk_bound else []
-        ((expired, due_count, *first),) = self._fetch(self._glance, (now, *counting, now, 1))
+        counting = [now] if leasing.bounded else []
+        ((expired, due_count, *first),) = self._fetch(leasing.glance, (now, *counting, now, 1))
         if first[self._key_at] is not None:
             return lease_protocol.Glance(bool(expired), self._decode(first))
-        if self._due_range is None or not due_count:
+        if not leasing.bounded or not due_count:
             return lease_protocol.Glance(bool(expired), None)
-        # Nothing due among the records the walk read: look beyond it.
         rows = self._beyond_the_walk(now, 1, "", [], due_count)
         return lease_protocol.Glance(bool(expired), self._decode(rows[0]) if rows else None)
 
     def expired_leases(self, now: float) -> list[R]:
-        self._lease()
-        return [self._decode(row) for row in self._fetch(self._expired, (now,))]
+        expired = self._lease_statements().expired
+        return [self._decode(row) for row in self._fetch(expired, (now,))]
 
     def count_by_status(self) -> dict[str, int]:
         counts = {status.value: 0 for status in self.lifecycle.statuses}
@@ -562,12 +501,15 @@ class SQLStore(Store[R], ABC):
         return counts
 
     def count_due(self, now: float) -> int:
-        self._lease()
-        return int(self._fetch(self._count_due, (now,))[0][0])
+        return int(self._fetch(self._lease_statements().count_due, (now,))[0][0])
 
     def count_expired(self, now: float) -> int:
-        self._lease()
-        return int(self._fetch(self._count_expired, (now,))[0][0])
+        return int(self._fetch(self._lease_statements().count_expired, (now,))[0][0])
+
+    def _lease_statements(self) -> LeaseStatements:
+        self._lease()  # NotLeasable for a lifecycle without a lease
+        assert self._leasing is not None
+        return self._leasing
 
     def scan(self) -> Iterator[R]:
         # Keyset pages: streams without holding a transaction (or a cursor) open.

@@ -22,6 +22,7 @@ from lifecycles.monitor_schema import MonitorSchema
 from lifecycles.registry import registered
 from lifecycles.stores.postgres import PostgresStore
 from lifecycles.stores.sql import SQLSchema, SQLStore
+from lifecycles.stores.sql_lease import SORTED_AT_MOST
 from lifecycles.stores.sqlite import SQLiteStore
 
 LEASED = [lifecycle for lifecycle in registered().values() if lifecycle.lease is not None]
@@ -30,7 +31,8 @@ TABLE = "cms_source_terminal_processing"
 
 def claim_statement(store: SQLStore[Any], exclude: list[str]) -> tuple[str, list[Any]]:
     """The statement ``next_due`` runs, and its parameters."""
-    where, order = store._due
+    assert store._leasing is not None
+    where, order = store._leasing.due
     left_out, params = store.dialect.excluding(store._key, exclude)
     return where + left_out + order, [1e12, *params, 1]
 
@@ -103,8 +105,8 @@ def test_a_sqlite_claim_walks_the_claim_order_index_a_bounded_number_of_records(
     assert sqlite_plan(store, exclude) == [
         f"SEARCH {table} USING INDEX {table}_claim_order (created_at<?)",
         "SCALAR SUBQUERY 1", f"SCAN {table} USING INDEX {table}_claim_order"]
-    assert store._due_range is not None
-    where, order = store._due_range
+    assert store._leasing is not None
+    where, order = store._leasing.due_range
     left_out, params = store.dialect.excluding(store._key, exclude)
     plan = [row[3] for row in store.run(
         f"EXPLAIN QUERY PLAN {where}{left_out}{order}", [1e12, *params, 1])]
@@ -207,11 +209,11 @@ def test_a_backlog_behind_the_walk_is_claimed_by_the_whole_walk_in_claim_order()
     connection = sqlite3.connect(":memory:")
     store = SQLiteStore(MONITOR, connection, MonitorSchema("c" * 64))
     bound = store.dialect.walk_bound
-    fill_waiting(connection, 2 * bound, due=2 * store._sorted_at_most,
+    fill_waiting(connection, 2 * bound, due=2 * SORTED_AT_MOST,
                  due_at=lambda i: 5e3)
     due = sorted((r for r in store.scan() if lease.is_due(MONITOR, r, 1e4)),
                  key=lambda r: (r.created_at, r.event_id))
-    assert len(due) > store._sorted_at_most
+    assert len(due) > SORTED_AT_MOST
     assert store.due(1e4, 2) == due[:2]
     assert store.due(1e4, 2, frozenset({due[0].event_id})) == due[1:3]
     seen = store.glance(1e4)
