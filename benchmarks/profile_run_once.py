@@ -1,0 +1,133 @@
+"""Where one run_once cycle spends its time: inside SQLite, or in Python around it.
+
+    python benchmarks/profile_run_once.py [--items 2000] [--rounds 3]
+
+Drains a fresh SQLite file (WAL + synchronous=NORMAL) of ``--items`` due items with
+lifecycles' ``run_once``, and another with the raw loop of ``bench_throughput.py``,
+through a connection that times every ``execute``, ``executemany`` and ``fetch*`` call.
+Prints, per cycle, the time inside SQLite, the time outside it (Python: checks,
+transitions, encoding, the reader) and the statements run. Not a ``bench_*`` file:
+``run.py`` does not run it; it explains ``bench_throughput.py``'s first figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+os.environ.setdefault(
+    "LIFECYCLES_SEEDS", str(Path(__file__).resolve().parents[2] / "shared" / "seeds")
+)
+
+from bench_throughput import RawSQLite
+from support.monitor import CAPABILITIES, answer, notification
+
+from lifecycles.monitor import DurableTerminalProcessingMonitor
+
+
+class Timed:
+    """Seconds spent inside SQLite calls, and how many statements ran."""
+
+    seconds = 0.0
+    statements = 0
+
+
+class TimedCursor(sqlite3.Cursor):
+    def execute(self, sql: str, parameters: Any = (), /) -> TimedCursor:
+        started = time.perf_counter()
+        try:
+            super().execute(sql, parameters)
+        finally:
+            Timed.seconds += time.perf_counter() - started
+            Timed.statements += 1
+        return self
+
+    def fetchall(self) -> list[Any]:
+        started = time.perf_counter()
+        try:
+            return super().fetchall()
+        finally:
+            Timed.seconds += time.perf_counter() - started
+
+    def fetchone(self) -> Any:
+        started = time.perf_counter()
+        try:
+            return super().fetchone()
+        finally:
+            Timed.seconds += time.perf_counter() - started
+
+
+class TimedConnection(sqlite3.Connection):
+    def cursor(self, factory: Any = None) -> Any:
+        return super().cursor(TimedCursor)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        return self.cursor().execute(sql, parameters)
+
+
+def drain(path: Path, items: int, raw: bool) -> tuple[float, float, float]:
+    """(seconds per cycle, of which inside SQLite, statements per cycle)."""
+    setup = sqlite3.connect(path)
+    DurableTerminalProcessingMonitor(setup, CAPABILITIES).register_many(
+        [notification(i) for i in range(items)], now=10)
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.close()
+    connection = sqlite3.connect(path, factory=TimedConnection)
+    connection.execute("PRAGMA synchronous=NORMAL")
+    answers = {f"e{i}": answer(f"e{i}", "site-1", "pending") for i in range(items)}
+
+    def receiver(event_id: str, site_id: str) -> Any:
+        return answers[event_id]
+
+    if raw:
+        connection.isolation_level = None
+        loop = RawSQLite(connection, receiver, 20.0)
+        cycle = loop.cycle
+    else:
+        monitor = DurableTerminalProcessingMonitor(connection, CAPABILITIES)
+
+        def cycle() -> bool:
+            return monitor.run_once(receiver, "w1", now=20) is not None
+
+    Timed.seconds, Timed.statements = 0.0, 0
+    started, cycles = time.perf_counter(), 0
+    while cycle():
+        cycles += 1
+    elapsed = time.perf_counter() - started
+    connection.close()
+    return elapsed / cycles, Timed.seconds / cycles, Timed.statements / cycles
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--items", type=int, default=2_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    figures: dict[str, list[tuple[float, float, float]]] = {"lifecycles": [], "raw": []}
+    with tempfile.TemporaryDirectory(prefix="profile-run-once-") as directory:
+        for round_ in range(args.rounds):
+            for name in ("lifecycles", "raw") if round_ % 2 == 0 else ("raw", "lifecycles"):
+                path = Path(directory) / f"{name}-{round_}.db"
+                figures[name].append(drain(path, args.items, raw=name == "raw"))
+    print(f"run_once on SQLite WAL + synchronous=NORMAL, {args.items:,} items drained, "
+          f"medians of {args.rounds} rounds; microseconds per cycle")
+    print(f"{'':>12}{'total':>10}{'in SQLite':>12}{'in Python':>12}{'statements':>12}")
+    for name, runs in figures.items():
+        total = statistics.median(run[0] for run in runs) * 1e6
+        inside = statistics.median(run[1] for run in runs) * 1e6
+        statements = statistics.median(run[2] for run in runs)
+        print(f"{name:>12}{total:>10.0f}{inside:>12.0f}{total - inside:>12.0f}{statements:>12.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
