@@ -633,14 +633,11 @@ class HealthQueries:
             f" WHERE (CASE WHEN {every_rule} THEN 0 ELSE 1 END) = 1"
             f" ORDER BY {key} LIMIT {BROKEN_ROWS_SHOWN}"
         )
-        # psycopg reads any other % as a placeholder.
-        escape = "%" in d.param
-
-        def escaped(text: str) -> str:
-            return text.replace("%", "%%") if escape else text
-
-        self.aggregate = escaped(self.aggregate).replace(_NOW, d.param)
-        self.per_rule, self.broken_rows = escaped(self.per_rule), escaped(self.broken_rows)
+        # With parameters, psycopg reads any other % as a placeholder (the other two
+        # statements take none, and are sent as they are).
+        if "%" in d.param:
+            self.aggregate = self.aggregate.replace("%", "%%")
+        self.aggregate = self.aggregate.replace(_NOW, d.param)
 
     def run(self, store: SQLStore[Any], fetch: Fetch, now: float) -> Health:
         """The storage engine's own check first; then every count in one statement, and
