@@ -15,12 +15,24 @@ every broken rule and carries the lifecycle's stable public error code.
 from __future__ import annotations
 
 import json
-import math
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 import attrs
+
+from lifecycles.invariants.expressions import (
+    Expr,
+    Fields,
+    Var,
+    all_of,
+    compiled,
+    finite,
+    full_match,
+    int_not_bool,
+    number_not_bool,
+    python_function,
+    str_instance,
+)
 
 R = TypeVar("R")
 
@@ -54,23 +66,26 @@ def canonical_json(value: object) -> bytes:
 
 
 # --- field rules -------------------------------------------------------------
+# Declared as expressions (lifecycles.invariants.expressions): each yields its Python
+# predicate, compiled once, and the SQL form a SQL store checks in bulk.
 
 
-def is_integer(value: object) -> bool:
+@compiled
+def is_integer(value: Expr) -> Expr:
     """An int that is not a bool (``True`` is an int in Python; never in a record)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    return int_not_bool(value)
 
 
-def is_time(value: object) -> bool:
+@compiled
+def is_time(value: Expr) -> Expr:
     """A finite, non-negative number of seconds that a float can hold (bools excluded)."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return False
-    try:
-        # An int too large for a float (a 400-digit JSON number) is no time: a store's
-        # REAL column cannot hold it, and math.isfinite would raise on it.
-        return math.isfinite(float(value)) and value >= 0
-    except OverflowError:
-        return False
+    # An int too large for a float (a 400-digit JSON number) is no time: a store's REAL
+    # column cannot hold it (Finite says so).
+    return number_not_bool(value) & finite(value) & (value >= 0)
+
+
+VALUE = Var("v")
+"""The value a field rule checks, in its expression."""
 
 
 @attrs.frozen(repr=False)
@@ -78,12 +93,28 @@ class FieldRule:
     """An attrs validator with a name: ``check(value)`` decides, the name explains.
 
     ``meaning`` says in words what the rule demands (auditor pages show it).
+    ``expression``, when the rule is declared as one (:meth:`FieldRule.expressed`), is
+    what ``check`` was compiled from and what a SQL store renders; a rule without one
+    is checked in Python only.
     """
 
     name: str
     check: Callable[[Any], bool]
     optional: bool = False
     meaning: str = ""
+    expression: Expr | None = attrs.field(default=None, eq=False, kw_only=True)
+
+    @classmethod
+    def expressed(
+        cls, name: str, build: Callable[[Expr], Expr], *, meaning: str = "",
+        optional: bool = False,
+    ) -> FieldRule:
+        """The rule whose value ``v`` obeys ``build(v)``: one declaration, both forms."""
+        expression = build(VALUE)
+        check = python_function(
+            expression, (VALUE.name,), name=name, doc=build.__doc__, module=build.__module__
+        )
+        return cls(name, check, optional, meaning, expression=expression)
 
     def __call__(self, instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value is None and self.optional:
@@ -98,13 +129,22 @@ class FieldRule:
         """The same rule for a nullable field: ``None`` passes, anything else is checked."""
         return attrs.evolve(self, optional=True)
 
+    def also(self, build: Callable[[Expr], Expr]) -> FieldRule:
+        """This rule (same name and meaning) with ``build(v)`` demanded first."""
+        if self.expression is None:
+            raise TypeError(f"{self.name} is a Python-only rule: it has no expression")
+        expression = all_of(build(VALUE), self.expression)
+        return attrs.evolve(
+            self, check=python_function(expression, (VALUE.name,), name=self.name,
+                                        doc=self.check.__doc__, module=self.check.__module__),
+            expression=expression,
+        )
+
 
 def matches(name: str, pattern: str) -> FieldRule:
     """A string fully matching ``pattern``."""
-    compiled = re.compile(pattern)
-    return FieldRule(
-        name,
-        lambda v: isinstance(v, str) and compiled.fullmatch(v) is not None,
+    return FieldRule.expressed(
+        name, lambda v: str_instance(v) & full_match(v, pattern),
         meaning=f"a string fully matching {pattern}",
     )
 
@@ -113,34 +153,29 @@ def one_of(name: str, allowed: Iterable[object]) -> FieldRule:
     """A value from a fixed set."""
     choices = frozenset(allowed)
     listed = ", ".join(sorted(str(choice) for choice in choices))
-    return FieldRule(name, lambda v: _hashable(v) and v in choices, meaning=f"one of: {listed}")
+    return FieldRule.expressed(name, lambda v: v.is_in(choices), meaning=f"one of: {listed}")
 
 
 def integer_between(name: str, low: int, high: int) -> FieldRule:
     """An integer (not a bool) within ``[low, high]``."""
-    return FieldRule(
-        name,
-        lambda v: is_integer(v) and low <= v <= high,
+    return FieldRule.expressed(
+        name, lambda v: int_not_bool(v) & (v >= low) & (v <= high),
         meaning=f"an integer from {low} to {high}",
     )
 
 
 def non_negative_integer(name: str) -> FieldRule:
     """An integer (not a bool) of at least zero."""
-    return FieldRule(name, lambda v: is_integer(v) and v >= 0, meaning="an integer >= 0")
+    return FieldRule.expressed(
+        name, lambda v: int_not_bool(v) & (v >= 0), meaning="an integer >= 0"
+    )
 
 
 def finite_time(name: str) -> FieldRule:
     """A finite, non-negative number of seconds."""
-    return FieldRule(name, is_time, meaning="a finite number of seconds >= 0")
-
-
-def _hashable(value: object) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
+    return FieldRule.expressed(
+        name, is_time.expression, meaning="a finite number of seconds >= 0"
+    )
 
 
 # --- invariants --------------------------------------------------------------
@@ -148,22 +183,44 @@ def _hashable(value: object) -> bool:
 
 @attrs.frozen
 class Invariant(Generic[R]):
-    """A named cross-field predicate; its docstring is its one-line meaning."""
+    """A named cross-field predicate; its docstring is its one-line meaning.
+
+    ``expression``, for an invariant declared with :func:`expressed`, is what ``holds``
+    was compiled from and what a SQL store renders; without one the invariant is
+    checked in Python only.
+    """
 
     name: str
     holds: Callable[[R], bool]
     meaning: str
+    expression: Expr | None = attrs.field(default=None, eq=False, kw_only=True)
 
     def __repr__(self) -> str:
         return f"<invariant {self.name}>"
 
 
-def invariant(function: Callable[[R], bool]) -> Invariant[R]:
-    """Declare ``function`` as an invariant named after it, explained by its docstring."""
+def _meaning(function: Callable[..., Any]) -> str:
     meaning = (function.__doc__ or "").strip().splitlines()
     if not meaning:
         raise TypeError(f"invariant {function.__name__} needs a one-line docstring")
-    return Invariant(function.__name__, function, meaning[0])
+    return meaning[0]
+
+
+def invariant(function: Callable[[R], bool]) -> Invariant[R]:
+    """Declare ``function`` as an invariant named after it, explained by its docstring."""
+    return Invariant(function.__name__, function, _meaning(function))
+
+
+def expressed(build: Callable[[Fields[R]], Expr]) -> Invariant[R]:
+    """Declare an invariant as an expression over the record's fields (``r.name``):
+    named after ``build``, explained by its docstring; ``holds`` is compiled from it once,
+    and SQL stores render the same expression (:mod:`lifecycles.invariants.expressions`)."""
+    expression = build(Fields())
+    holds = python_function(
+        expression, ("r",), name=build.__name__, doc=build.__doc__, module=build.__module__,
+        record="r",
+    )
+    return Invariant(build.__name__, holds, _meaning(build), expression=expression)
 
 
 class InvariantSet(Generic[R]):

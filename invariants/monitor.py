@@ -10,7 +10,7 @@ fourteen-clause boolean, is likewise a set of named answer rules (:data:`ANSWER_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -19,6 +19,7 @@ import attrs
 from lifecycles.invariants.core import (
     FieldRule,
     InvariantSet,
+    expressed,
     finite_time,
     integer_between,
     invariant,
@@ -27,6 +28,17 @@ from lifecycles.invariants.core import (
     matches,
     non_negative_integer,
     one_of,
+)
+from lifecycles.invariants.expressions import (
+    Expr,
+    Fields,
+    Length,
+    all_of,
+    any_of,
+    compiled,
+    if_else,
+    int_not_bool,
+    str_exactly,
 )
 
 STATE_INVALID = "terminal_processing_monitor.state_invalid"
@@ -74,8 +86,7 @@ def exact_str(rule: FieldRule) -> FieldRule:
     holding another, which is what a database would then store; its own methods are
     never trusted, so every identifier, code and known value is an exact ``str``.
     """
-    check = rule.check
-    return attrs.evolve(rule, check=lambda value: type(value) is str and check(value))
+    return rule.also(str_exactly)
 
 
 # Field rules: one field each, named for what they demand.
@@ -88,7 +99,7 @@ receiver_status = one_of("receiver_status_declared", set(ReceiverStatus))
 count = non_negative_integer("count_non_negative")
 failure_bound = integer_between("max_failures_bounds", 1, 20)
 time = finite_time("time_finite_non_negative")
-optional_integer = FieldRule("integer_type", is_integer, optional=True)
+optional_integer = FieldRule.expressed("integer_type", is_integer.expression, optional=True)
 lease_expired_flag = one_of("lease_expired_flag", {0, 1})
 
 # Rules of the facade's arguments, declared once, each named for the argument it checks
@@ -98,8 +109,9 @@ DAY_SECONDS = 86_400
 
 def duration(name: str) -> FieldRule:
     """A duration in seconds within (0, 86400], under the rule name ``name``."""
-    return FieldRule(
-        name, lambda v: is_time(v) and 0 < v <= DAY_SECONDS, meaning="seconds in (0, 86400]"
+    return FieldRule.expressed(
+        name, lambda v: is_time.expression(v) & (v > 0) & (v <= DAY_SECONDS),
+        meaning="seconds in (0, 86400]",
     )
 
 
@@ -110,10 +122,17 @@ MAX_BATCH = 1000
 batch_limit = integer_between("batch_limit_bounds", 1, MAX_BATCH)
 capabilities_rule = attrs.evolve(sha256_hex, name="capabilities_sha256_syntax")
 event_id_rule = attrs.evolve(token, name="event_id_syntax")
-worker_id_rule = FieldRule(
-    "worker_id_syntax", lambda v: token.check(v) and len(v) <= 128,
-    meaning="a token of at most 128 characters",
+
+def _token_of_at_most(characters: int) -> Callable[[Expr], Expr]:
+    token_syntax = token.expression
+    assert token_syntax is not None
+    return lambda v: token_syntax & (Length(v) <= characters)
+
+
+worker_id_rule = FieldRule.expressed(
+    "worker_id_syntax", _token_of_at_most(128), meaning="a token of at most 128 characters"
 )
+# Python only: no column holds a callable.
 reader_rule = FieldRule("reader_callable", callable, meaning="a callable (event_id, site_id)")
 
 
@@ -164,102 +183,111 @@ RECEIVER_BUNDLE = (
 )
 
 
-@invariant
-def failures_within_max(r: MonitorRecord) -> bool:
+# Each invariant is an expression over the record's fields (`r.name`): one declaration,
+# its Python predicate compiled from it and the SQL form a store checks in bulk
+# (lifecycles.invariants.expressions). `&`, `|`, `~` are and, or, not.
+
+
+@expressed
+def failures_within_max(r: Fields[MonitorRecord]) -> Expr:
     """Failures never exceed the item's max_failures."""
     return r.failures <= r.max_failures
 
 
-@invariant
-def polls_cover_failures(r: MonitorRecord) -> bool:
+@expressed
+def polls_cover_failures(r: Fields[MonitorRecord]) -> Expr:
     """Every failure follows a poll attempt: poll_attempts >= failures."""
     return r.poll_attempts >= r.failures
 
 
-@invariant
-def lease_fields_iff_leased(r: MonitorRecord) -> bool:
+@expressed
+def lease_fields_iff_leased(r: Fields[MonitorRecord]) -> Expr:
     """Lease owner, token and expiry are all set when leased, and all empty otherwise."""
-    present = [getattr(r, name) is not None for name in LEASE_FIELDS]
-    return all(present) if r.status == MonitorStatus.LEASED else not any(present)
+    present = [getattr(r, name).is_not_none() for name in LEASE_FIELDS]
+    return if_else(r.status == MonitorStatus.LEASED, all_of(*present), ~any_of(*present))
 
 
-@invariant
-def error_code_iff_waiting_or_failed(r: MonitorRecord) -> bool:
+@expressed
+def error_code_iff_waiting_or_failed(r: Fields[MonitorRecord]) -> Expr:
     """A local error code exists exactly when the status is retry_wait or failed."""
-    waiting = r.status in (MonitorStatus.RETRY_WAIT, MonitorStatus.FAILED)
-    return waiting == (r.last_error_code is not None)
+    waiting = r.status.is_in((MonitorStatus.RETRY_WAIT, MonitorStatus.FAILED))
+    return waiting == r.last_error_code.is_not_none()
 
 
-@invariant
-def failed_has_error_code(r: MonitorRecord) -> bool:
+@expressed
+def failed_has_error_code(r: Fields[MonitorRecord]) -> Expr:
     """A failed item always says why."""
-    return r.status != MonitorStatus.FAILED or r.last_error_code is not None
+    return (r.status != MonitorStatus.FAILED) | r.last_error_code.is_not_none()
 
 
-def receiver_attempts_consistent(attempts: object, maximum: object) -> bool:
+@compiled
+def receiver_attempts_consistent(attempts: Expr, maximum: Expr) -> Expr:
     """Receiver attempts are integers: 0 <= attempts <= max_attempts, 1 <= max_attempts <= 20."""
     # Declared once: the stored record's invariant and the answer's rule both read it.
     return (
-        is_integer(attempts)
-        and is_integer(maximum)
-        and 0 <= attempts <= maximum <= 20  # type: ignore[operator]
-        and maximum >= 1  # type: ignore[operator]
+        int_not_bool(attempts) & int_not_bool(maximum)
+        & (attempts >= 0) & (attempts <= maximum) & (maximum <= 20) & (maximum >= 1)
     )
 
 
-@invariant
-def receiver_status_has_bundle(r: MonitorRecord) -> bool:
+@expressed
+def receiver_status_has_bundle(r: Fields[MonitorRecord]) -> Expr:
     """A receiver status comes with attempts <= max attempts <= 20, a next attempt and a flag."""
-    if r.receiver_status is None:
-        return True
-    return all(getattr(r, name) is not None for name in RECEIVER_BUNDLE) and (
-        receiver_attempts_consistent(r.receiver_attempts, r.receiver_max_attempts)
+    bundle = all_of(*(getattr(r, name).is_not_none() for name in RECEIVER_BUNDLE))
+    return r.receiver_status.is_none() | (
+        bundle & receiver_attempts_consistent.expression(
+            r.receiver_attempts, r.receiver_max_attempts
+        )
     )
 
 
-@invariant
-def receiver_lease_iff_receiver_leased(r: MonitorRecord) -> bool:
+@expressed
+def receiver_lease_iff_receiver_leased(r: Fields[MonitorRecord]) -> Expr:
     """The receiver's lease expiry is recorded exactly when the receiver reports leased."""
-    return (r.receiver_status == ReceiverStatus.LEASED) == (r.receiver_lease_expires_at is not None)
-
-
-@invariant
-def receiver_error_iff_receiver_waiting_or_failed(r: MonitorRecord) -> bool:
-    """A receiver error code exists exactly when the receiver reports retry_wait or failed."""
-    waiting = r.receiver_status in (ReceiverStatus.RETRY_WAIT, ReceiverStatus.FAILED)
-    return waiting == (r.receiver_error_code is not None)
-
-
-@invariant
-def receiver_processed_iff_receiver_succeeded(r: MonitorRecord) -> bool:
-    """The receiver's processed_at is set exactly when the receiver reports succeeded."""
-    return (r.receiver_status == ReceiverStatus.SUCCEEDED) == (r.receiver_processed_at is not None)
-
-
-@invariant
-def receiver_lease_expired_only_when_leased(r: MonitorRecord) -> bool:
-    """The receiver's lease_expired flag is raised only while the receiver reports leased."""
-    return r.receiver_lease_expired != 1 or r.receiver_status == ReceiverStatus.LEASED
-
-
-@invariant
-def succeeded_iff_receiver_succeeded(r: MonitorRecord) -> bool:
-    """The item succeeded exactly when the receiver reported succeeded."""
-    return (r.status == MonitorStatus.SUCCEEDED) == (r.receiver_status == ReceiverStatus.SUCCEEDED)
-
-
-@invariant
-def watching_means_receiver_unfinished(r: MonitorRecord) -> bool:
-    """A watched item's receiver is still pending, leased or in retry_wait."""
-    return r.status != MonitorStatus.WATCHING or r.receiver_status in (
-        ReceiverStatus.PENDING,
-        ReceiverStatus.LEASED,
-        ReceiverStatus.RETRY_WAIT,
+    return (r.receiver_status == ReceiverStatus.LEASED) == (
+        r.receiver_lease_expires_at.is_not_none()
     )
 
 
-@invariant
-def updated_not_before_created(r: MonitorRecord) -> bool:
+@expressed
+def receiver_error_iff_receiver_waiting_or_failed(r: Fields[MonitorRecord]) -> Expr:
+    """A receiver error code exists exactly when the receiver reports retry_wait or failed."""
+    waiting = r.receiver_status.is_in((ReceiverStatus.RETRY_WAIT, ReceiverStatus.FAILED))
+    return waiting == r.receiver_error_code.is_not_none()
+
+
+@expressed
+def receiver_processed_iff_receiver_succeeded(r: Fields[MonitorRecord]) -> Expr:
+    """The receiver's processed_at is set exactly when the receiver reports succeeded."""
+    return (r.receiver_status == ReceiverStatus.SUCCEEDED) == (
+        r.receiver_processed_at.is_not_none()
+    )
+
+
+@expressed
+def receiver_lease_expired_only_when_leased(r: Fields[MonitorRecord]) -> Expr:
+    """The receiver's lease_expired flag is raised only while the receiver reports leased."""
+    return (r.receiver_lease_expired != 1) | (r.receiver_status == ReceiverStatus.LEASED)
+
+
+@expressed
+def succeeded_iff_receiver_succeeded(r: Fields[MonitorRecord]) -> Expr:
+    """The item succeeded exactly when the receiver reported succeeded."""
+    return (r.status == MonitorStatus.SUCCEEDED) == (
+        r.receiver_status == ReceiverStatus.SUCCEEDED
+    )
+
+
+@expressed
+def watching_means_receiver_unfinished(r: Fields[MonitorRecord]) -> Expr:
+    """A watched item's receiver is still pending, leased or in retry_wait."""
+    return (r.status != MonitorStatus.WATCHING) | r.receiver_status.is_in(
+        (ReceiverStatus.PENDING, ReceiverStatus.LEASED, ReceiverStatus.RETRY_WAIT)
+    )
+
+
+@expressed
+def updated_not_before_created(r: Fields[MonitorRecord]) -> Expr:
     """updated_at is never earlier than created_at."""
     return r.updated_at >= r.created_at
 

@@ -476,17 +476,16 @@ class DurableTerminalProcessingMonitor:
         moment = _time(now)  # before the schema, as in the reference
         with public_errors(self.store):
             self.store.check_schema()
-            if self.store.integrity_problems():
+            # Integrity, every rule on every record and the counts: one SQL statement.
+            found = self.store.health(moment)
+            if found.integrity:
                 raise blocked(CODE + "database_integrity")
-            for _ in self.store.scan():  # every stored record must still hold every rule
-                pass
-            counts = self.store.count_by_status()
-            due = self.store.count_due(moment)
-            expired = self.store.count_expired(moment)
+            found.raise_broken()  # state_invalid: the rules, the first broken event ids
+        counts = dict(found.counts)
         failed = counts[MonitorStatus.FAILED]
         return TerminalProcessingHealth(
-            "blocked" if expired or failed else "ok",
-            counts, due, expired, failed, self.expected_capabilities_sha256,
+            "blocked" if found.expired or failed else "ok",
+            counts, found.due, found.expired, failed, self.expected_capabilities_sha256,
         )
 
 

@@ -43,6 +43,7 @@ from lifecycles.stores.base import (
 )
 from lifecycles.stores.codecs import as_is, from_json_or_none, json_or_none, plain
 from lifecycles.stores.sql_lease import SORTED_AT_MOST, LeaseStatements
+from lifecycles.stores.sql_rules import Health, HealthQueries
 from lifecycles.stores.sql_schema import (
     Catalogue,
     Column,
@@ -560,3 +561,21 @@ class SQLStore(Store[R], ABC):
 
     def driver_error(self, error: Exception) -> StoreError | None:  # see the subclasses
         return None
+
+    # -- health: every rule in one statement (lifecycles.stores.sql_rules) --------------
+
+    _health_queries: HealthQueries | None = None
+
+    def health(self, now: float) -> Health:
+        """The engine's integrity check, then every field rule and invariant on every
+        stored record, the counts per status, the due and the expired records: one
+        aggregate statement, its rules rendered from their declarations. A second
+        statement names the first broken records only when there are some
+        (:meth:`Health.raise_broken`). Reads outside any transaction, like every read."""
+        if self._health_queries is None:
+            decoded = {name for name, _ in self._decoders}
+            self._health_queries = HealthQueries(
+                self.lifecycle, self.schema, self.dialect,
+                frozenset(self.schema.column_names) - decoded,
+            )
+        return self._health_queries.run(self, self._fetch, now)

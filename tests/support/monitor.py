@@ -149,6 +149,29 @@ RETRY_WAIT = MONITOR.fire(
 )
 
 
+def records_in_every_status() -> list[MonitorRecord]:
+    """One valid record in each monitor status, made by real transitions from ``LEASED``."""
+    from lifecycles.machines.monitor import ReceiverAnswer, ReceiverStatus
+
+    def answered(kind: ReceiverStatus, **changes: Any) -> MonitorInputs:
+        values: dict[str, Any] = {
+            "processing_status": kind, "attempts": 1, "max_attempts": 3,
+            "next_attempt_at": T0, "lease_expires_at": None, "lease_expired": False,
+            "last_error_code": None, "processed_at": None, **changes,
+        }
+        return held(T0 + 1, answer=ReceiverAnswer(**values))
+
+    return [
+        PENDING, LEASED, RETRY_WAIT,
+        MONITOR.fire("observe_progress", LEASED, answered(
+            ReceiverStatus.LEASED, lease_expires_at=T0 + 60, lease_expired=True)),
+        MONITOR.fire("observe_success", LEASED, answered(
+            ReceiverStatus.SUCCEEDED, processed_at=T0)),
+        MONITOR.fire("observe_failure", LEASED, answered(
+            ReceiverStatus.FAILED, attempts=3, last_error_code="receiver.gave_up")),
+    ]
+
+
 # --- hostile values and a database changed under the monitor ---------------------------
 
 
