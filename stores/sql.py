@@ -42,8 +42,8 @@ from lifecycles.stores.base import (
     UniqueViolation,
 )
 from lifecycles.stores.codecs import as_is, from_json_or_none, json_or_none, plain
+from lifecycles.stores.sql_health import Health, HealthQueries
 from lifecycles.stores.sql_lease import SORTED_AT_MOST, LeaseStatements
-from lifecycles.stores.sql_rules import Health, HealthQueries
 from lifecycles.stores.sql_schema import (
     Catalogue,
     Column,

@@ -47,7 +47,8 @@ from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor_schema import TABLE, MonitorSchema
 from lifecycles.stores.postgres import PostgresDialect
 from lifecycles.stores.sql import Dialect
-from lifecycles.stores.sql_rules import BROKEN_ROWS_SHOWN, HealthQueries
+from lifecycles.stores.sql_health import HealthQueries
+from lifecycles.stores.sql_rules import BROKEN_ROWS_SHOWN
 from lifecycles.stores.sqlite import SQLiteDialect
 
 SCHEMA = MonitorSchema(CAPABILITIES)

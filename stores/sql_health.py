@@ -1,0 +1,262 @@
+"""Health in the database: one statement over every stored record, from the rules' SQL forms.
+
+:class:`HealthQueries` builds, for one SQL store, the statement that answers integrity,
+broken rows, counts per status, due and expired at once (the rules rendered by
+:mod:`lifecycles.stores.sql_rules`), and the follow-up that names the broken rules and
+the first broken keys only when a rule is broken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from lifecycles.invariants.core import (
+    FieldRule,
+    Invariant,
+    InvariantViolation,
+    field_rules,
+)
+from lifecycles.machines import lease as lease_protocol
+
+if TYPE_CHECKING:
+    from lifecycles.machines.core import Lifecycle
+    from lifecycles.stores.sql import Dialect, SQLSchema, SQLStore
+
+from lifecycles.stores.sql_rules import BROKEN_ROWS_SHOWN, NoSQLForm, RuleSQL, rules_in_sql
+
+__all__ = ["Health", "HealthQueries"]
+
+
+# --- health ----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class FieldCheck:
+    """One field under one rule, and its SQL form (``None``: Python only, see ``why``)."""
+
+    field: str
+    rule: FieldRule
+    sql: str | None
+    why: str = ""
+
+
+@attrs.frozen
+class InvariantCheck:
+    invariant: Invariant[Any]
+    sql: str | None
+    why: str = ""
+
+
+@attrs.frozen
+class Health:
+    """What one health query found in a store.
+
+    ``total``, ``broken``: rows, and rows breaking some rule; ``violations``: rows
+    breaking each broken rule (see the module docstring for how
+    each kind is counted); ``broken_keys``: the first broken rows in key order, at most
+    :data:`BROKEN_ROWS_SHOWN`; ``broken_rules``: what reads of those rows name, in order
+    of first appearance. ``integrity``: the storage engine's own complaints (when there
+    are any, nothing else was asked). ``python_only``: rules checked by reading every row
+    in Python because they have no SQL form here.
+    """
+
+    code: str
+    total: int = 0
+    broken: int = 0
+    counts: Mapping[str, int] = attrs.field(factory=dict)
+    due: int = 0
+    expired: int = 0
+    violations: Mapping[str, int] = attrs.field(factory=dict)
+    broken_keys: tuple[str, ...] = ()
+    broken_rules: tuple[str, ...] = ()
+    integrity: tuple[str, ...] = ()
+    python_only: tuple[str, ...] = ()
+
+    def raise_broken(self) -> None:
+        """Raise :class:`InvariantViolation` (the lifecycle's code, the rules, the keys)
+        when some stored row breaks a rule, as a read of it would."""
+        if self.broken:
+            # The later statements may find fewer (a row repaired in between): still broken.
+            rules = self.broken_rules or tuple(self.violations)
+            raise InvariantViolation(self.code, rules, self.broken_keys)
+
+
+Fetch = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
+_NOW = "\x00now\x00"
+
+
+class HealthQueries:
+    """The health statements of one store's table, written once from its declarations."""
+
+    def __init__(
+        self, lifecycle: Lifecycle[Any, Any], schema: SQLSchema, dialect: Dialect,
+        as_stored: frozenset[str],
+    ) -> None:
+        self.lifecycle = lifecycle
+        self.dialect = dialect
+        renderer = rules_in_sql(dialect, schema.columns, as_stored)
+        self.renderer = renderer
+        self.field_checks = [
+            self._field_check(renderer, field, rule)
+            for field, rule in field_rules(lifecycle.record_type)
+        ]
+        self.invariant_checks = [
+            self._invariant_check(renderer, rule) for rule in lifecycle.invariants
+        ]
+        undecoded = sorted(set(schema.column_names) - as_stored)
+        self.python_only: tuple[str, ...] = tuple(dict.fromkeys(
+            [check.rule.name for check in self.field_checks if check.sql is None]
+            + [check.invariant.name for check in self.invariant_checks if check.sql is None]
+            + (["record_shape"] if undecoded else [])
+        ))
+        """Rules health checks by reading every row in Python: no SQL form here."""
+        self.reasons = {
+            **{c.rule.name: c.why for c in self.field_checks if c.sql is None},
+            **{c.invariant.name: c.why for c in self.invariant_checks if c.sql is None},
+            **({"record_shape": f"decoded columns {undecoded}"} if undecoded else {}),
+        }
+        self._build(schema)
+
+    @staticmethod
+    def _field_check(renderer: RuleSQL, field: str, rule: FieldRule) -> FieldCheck:
+        if rule.expression is None:
+            return FieldCheck(field, rule, None, "declared as a Python callable")
+        try:
+            sql = renderer.render(rule.expression, subject=field)
+        except NoSQLForm as why:
+            return FieldCheck(field, rule, None, str(why))
+        if rule.optional:
+            sql = f"({renderer.dialect.quote(field)} IS NULL OR {sql})"
+        return FieldCheck(field, rule, sql)
+
+    @staticmethod
+    def _invariant_check(renderer: RuleSQL, rule: Invariant[Any]) -> InvariantCheck:
+        if rule.expression is None:
+            return InvariantCheck(rule, None, "declared as a Python function")
+        try:
+            return InvariantCheck(rule, renderer.render(rule.expression))
+        except NoSQLForm as why:
+            return InvariantCheck(rule, None, str(why))
+
+    def _build(self, schema: SQLSchema) -> None:
+        d, quote = self.dialect, self.dialect.quote
+        lifecycle = self.lifecycle
+        table = quote(schema.table)
+        status = quote(lifecycle.status_field)
+        fields = [check for check in self.field_checks if check.sql is not None]
+        invariants = [check for check in self.invariant_checks if check.sql is not None]
+        self.row_fields = fields
+        self.invariant_names = [c.invariant.name for c in invariants]
+        verdicts = [f"({c.sql})" for c in fields] + [f"({c.sql})" for c in invariants]
+        every_rule = " AND ".join(verdicts) or "1 = 1"
+
+        def count_when(condition: str) -> str:
+            return f"sum(CASE WHEN {condition} THEN 1 ELSE 0 END)"
+
+        # 1. Every row, once: broken or not (every rule in one condition, which the
+        # engine evaluates with short cuts), the statuses, the due and the expired.
+        sums = [f"sum(CASE WHEN {every_rule} THEN 0 ELSE 1 END)"]
+        self.statuses = [s.value for s in lifecycle.statuses]
+        sums += [count_when(f"{status} = {d.literal(s)}") for s in self.statuses]
+        lease = lifecycle.lease
+        self.leased = lease is not None
+        if lease is not None:
+            sums.append(count_when(
+                f"{d.claimable_clause(lifecycle)} AND {quote(lease.due_field)} <= {_NOW}"
+            ))
+            sums.append(count_when(
+                f"{status} = {d.literal(lease_protocol.leased_status(lifecycle))}"
+                f" AND {quote(lease.expires_field)} <= {_NOW}"
+            ))
+        self.aggregate = f"SELECT count(*), {', '.join(sums)} FROM {table}"
+
+        # 2. Only when some row is broken: the rows breaking each rule. A field rule's
+        # verdict over its fields is computed once per row, in a subquery the planner
+        # keeps apart; an invariant counts the rows whose fields all hold.
+        self.field_rule_names = list(dict.fromkeys(c.rule.name for c in fields))
+        per_rule = [
+            " AND ".join(f"({c.sql})" for c in fields if c.rule.name == name)
+            for name in self.field_rule_names
+        ]
+        marks = [f"rule_{index}" for index in range(len(per_rule))]
+        columns = [
+            ", ".join(map(quote, schema.column_names)),
+            *(f"CASE WHEN {verdict} THEN 1 ELSE 0 END AS {mark}"
+              for verdict, mark in zip(per_rule, marks, strict=True)),
+        ]
+        inner = f"SELECT {', '.join(columns)} FROM {table}{self.renderer.keep_apart}"
+        fields_hold = " AND ".join(f"{m} = 1" for m in marks) or "1 = 1"
+        rule_sums = [f"sum(1 - {m})" for m in marks] + [
+            f"sum(CASE WHEN {fields_hold} THEN (CASE WHEN {c.sql} THEN 0 ELSE 1 END) ELSE 0 END)"
+            for c in invariants
+        ]
+        self.per_rule = f"SELECT {', '.join(rule_sums) or '0'} FROM ({inner}) AS checked"
+
+        # 3. Only when some row is broken: the first broken rows, each rule's verdict.
+        key = quote(lifecycle.key_field)
+        verdict_columns = "".join(f", CASE WHEN {v} THEN 1 ELSE 0 END" for v in verdicts)
+        self.broken_rows = (
+            f"SELECT {key}{verdict_columns} FROM {table}"
+            f" WHERE (CASE WHEN {every_rule} THEN 0 ELSE 1 END) = 1"
+            f" ORDER BY {key} LIMIT {BROKEN_ROWS_SHOWN}"
+        )
+        # With parameters, psycopg reads any other % as a placeholder (the other two
+        # statements take none, and are sent as they are).
+        if "%" in d.param:
+            self.aggregate = self.aggregate.replace("%", "%%")
+        self.aggregate = self.aggregate.replace(_NOW, d.param)
+
+    def run(self, store: SQLStore[Any], fetch: Fetch, now: float) -> Health:
+        """The storage engine's own check first; then every count in one statement, and
+        only when some rule is broken the rows breaking each rule and the first broken
+        rows. Rules without an SQL form here are checked first by reading every row in
+        Python (``store.scan()``), which raises on the first broken one as any read does."""
+        code = self.lifecycle.invariants.code
+        problems = store.integrity_problems()
+        if problems:
+            return Health(code, integrity=tuple(problems))
+        if self.python_only:
+            for _ in store.scan():
+                pass
+        (row,) = fetch(self.aggregate, [now, now] if self.leased else [])
+        total, broken, *numbers = (int(value or 0) for value in row)
+        counts = dict(zip(self.statuses, numbers, strict=False))
+        due, expired = numbers[len(self.statuses):] if self.leased else (0, 0)
+        violations: dict[str, int] = {}
+        keys: tuple[str, ...] = ()
+        rules: tuple[str, ...] = ()
+        if broken:
+            (per_rule,) = fetch(self.per_rule, ())
+            names = [*self.field_rule_names, *self.invariant_names]
+            violations = {
+                name: int(n) for name, n in zip(names, per_rule, strict=False) if n
+            }
+            keys, rules = self._first_broken(fetch)
+        return Health(
+            code, total, broken, counts, due, expired, violations, keys, rules,
+            python_only=self.python_only,
+        )
+
+    def _first_broken(self, fetch: Fetch) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The first broken rows' keys, and what a read of each names (first broken field
+        rule in field order, else every broken invariant), in order of first appearance."""
+        keys: list[str] = []
+        rules: dict[str, None] = {}
+        count = len(self.row_fields)
+        for key, *verdicts in fetch(self.broken_rows, ()):
+            keys.append(str(key))
+            field_verdicts, invariant_verdicts = verdicts[:count], verdicts[count:]
+            first = next(
+                (c.rule.name for c, ok in zip(self.row_fields, field_verdicts, strict=True)
+                 if not ok),
+                None,
+            )
+            named = [first] if first else [
+                name for name, ok in zip(self.invariant_names, invariant_verdicts, strict=True)
+                if not ok
+            ]
+            rules.update(dict.fromkeys(named))
+        return tuple(keys), tuple(rules)
