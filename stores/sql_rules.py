@@ -41,7 +41,8 @@ says less than a read would.
 
 Health (:meth:`~lifecycles.stores.sql_health.HealthQueries.run`), after the engine's own
 check (``PRAGMA quick_check`` in SQLite): one statement reads every row once and counts
-the rows, the rows breaking some rule (every rule in one condition, which the engine evaluates with short cuts),
+the rows, the rows breaking some rule (every rule in one condition, which the engine
+evaluates with short cuts),
 the rows in each status, the due and the expired ones. Only when some row is broken do
 two more statements count the rows breaking each rule (a field rule: rows where some
 field it guards breaks it; an invariant: rows whose fields all hold and which break it)
