@@ -370,6 +370,42 @@ def _hashable(value: object) -> bool:
 _PLAIN_CONSTANTS = (int, str, type(None))
 
 
+@attrs.frozen
+class Connectives:
+    """How a target language spells the connectives and the null tests (``{}``: the operand)."""
+
+    all: str
+    any: str
+    negate: str
+    is_null: str
+    not_null: str
+
+
+PYTHON_CONNECTIVES = Connectives(" and ", " or ", "(not {})", "({} is None)", "({} is not None)")
+
+
+def connective(
+    node: Expr, render: Callable[[Expr], str], words: Connectives,
+    conjunction: Callable[[tuple[Expr, ...]], list[str]] | None = None,
+) -> str:
+    """``AllOf``, ``AnyOf``, ``Not`` or ``IsNone`` in ``words``: written once for every
+    target (a repeated part is rendered once). ``conjunction`` renders an ``AllOf``'s
+    parts where a target fuses some of them."""
+    match node:
+        case AllOf(parts):
+            rendered = conjunction(parts) if conjunction else [render(p) for p in parts]
+            return "(" + words.all.join(dict.fromkeys(rendered)) + ")"
+        case AnyOf(parts):
+            return "(" + words.any.join(dict.fromkeys(map(render, parts))) + ")"
+        case Not(IsNone(operand)):
+            return words.not_null.format(render(operand))
+        case Not(part):
+            return words.negate.format(render(part))
+        case IsNone(operand):
+            return words.is_null.format(render(operand))
+    raise TypeError(f"{node!r} is no connective")
+
+
 class _PythonSource:
     """Renders a tree as Python source; constants that have no literal become names."""
 
@@ -399,16 +435,8 @@ class _PythonSource:
                 return self.constant(value)
             case Compare(op, left, right):
                 return f"({r(left)} {op} {r(right)})"
-            case AllOf(parts):
-                return "(" + " and ".join(map(r, parts)) + ")"
-            case AnyOf(parts):
-                return "(" + " or ".join(map(r, parts)) + ")"
-            case Not(IsNone(operand)):
-                return f"({r(operand)} is not None)"
-            case Not(part):
-                return f"(not {r(part)})"
-            case IsNone(operand):
-                return f"({r(operand)} is None)"
+            case AllOf() | AnyOf() | Not() | IsNone():
+                return connective(node, r, PYTHON_CONNECTIVES)
             case In(Attr() as operand, choices):
                 # A record's field holds a value its field rule admitted: hashable.
                 return f"({r(operand)} in {self.constant(choices)})"

@@ -73,6 +73,7 @@ from lifecycles.invariants.expressions import (
     AnyOf,
     Attr,
     Compare,
+    Connectives,
     Const,
     Expr,
     Finite,
@@ -85,6 +86,7 @@ from lifecycles.invariants.expressions import (
     PythonOnly,
     TypeIs,
     Var,
+    connective,
 )
 
 if TYPE_CHECKING:
@@ -100,6 +102,8 @@ __all__ = [
     "character_classes",
     "rules_in_sql",
 ]
+
+SQL_CONNECTIVES = Connectives(" AND ", " OR ", "(NOT {})", "({} IS NULL)", "({} IS NOT NULL)")
 
 BROKEN_ROWS_SHOWN = 5
 """How many broken rows health names (the first ones, in key order)."""
@@ -265,16 +269,9 @@ class RuleSQL:
                 return f"(NOT ({r(left)} {self.dialect.null_safe_equal} {r(right)}))"
             case Compare(op, left, right) if op in ("<", "<=", ">", ">="):
                 return f"({r(left)} {op} {r(right)})"
-            case AllOf(parts):
-                return "(" + " AND ".join(dict.fromkeys(self.conjunction(parts, subject))) + ")"
-            case AnyOf(parts):
-                return "(" + " OR ".join(dict.fromkeys(map(r, parts))) + ")"
-            case Not(IsNone(operand)):
-                return f"({r(operand)} IS NOT NULL)"
-            case Not(part):
-                return f"(NOT {r(part)})"
-            case IsNone(operand):
-                return f"({r(operand)} IS NULL)"
+            case AllOf() | AnyOf() | Not() | IsNone():
+                return connective(node, r, SQL_CONNECTIVES,
+                                  lambda parts: self.conjunction(parts, subject))
             case In(operand, choices):
                 return self.member(operand, r(operand), choices, subject)
             case TypeIs(operand, kind):
