@@ -384,8 +384,7 @@ class DurableTerminalProcessingMonitor:
                     results.append(step)
                     continue
                 try:
-                    with public_errors(self.store):
-                        results.append(outcome_of(self._complete(record, step)))
+                    results.append(outcome_of(self._finish(record, step)))
                 except (LeaseLost, StateInvalid) as refusal:  # this item's alone
                     results.append(refusal)
         return results
@@ -413,13 +412,14 @@ class DurableTerminalProcessingMonitor:
     def _finish(self, claimed: MonitorRecord, step: PollStep) -> MonitorRecord:
         """Fire the poll's step (:func:`poll_step`, the machine's rule) through the store.
 
-        First on the record as claimed, outside any transaction: the store writes it
-        with one statement that matches the whole record as claimed and the schema as
-        verified, so it succeeds only if nothing changed since the claim. Otherwise one
-        transaction decides as the reference does: its schema check first (nothing is
-        written into a database altered while the reader ran), then the strict re-read
-        of the leased record under the write lock (a row lost to another worker is
-        ``claim_lost``, a row broken meanwhile ``state_invalid``), then one
+        First on the record as claimed: outside any transaction the store writes it with
+        one statement that matches the whole record as claimed and the schema as
+        verified (inside a batch's transaction, one statement of it), so it succeeds
+        only if nothing changed since the claim. Otherwise a transaction (the batch's,
+        or one of its own) decides as the reference does: its schema check first
+        (nothing is written into a database altered while the reader ran), then the
+        strict re-read of the leased record under the write lock (a row lost to another
+        worker is ``claim_lost``, a row broken meanwhile ``state_invalid``), then one
         compare-and-set write.
         """
         with public_errors(self.store):
@@ -429,13 +429,6 @@ class DurableTerminalProcessingMonitor:
                 pass  # changed since the claim (or refused on it): decide on a fresh read
             with self.store.transaction():
                 return step.fire(self._leased_record(claimed.event_id), self._fire_stored)
-
-    def _complete(self, claimed: MonitorRecord, step: PollStep) -> MonitorRecord:
-        """:meth:`_finish` inside the caller's transaction (a batch's)."""
-        try:
-            return step.fire(claimed, self._fire_as_claimed)
-        except (StaleRecord, TransitionRefused):
-            return step.fire(self._leased_record(claimed.event_id), self._fire_stored)
 
     def _fire_as_claimed(
         self, trigger: str, record: MonitorRecord, inputs: MonitorInputs

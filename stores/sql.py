@@ -245,6 +245,7 @@ class SQLStore(Store[R], ABC):
         self._depth = 0
         self._verified = False  # until the schema is ensured: transactions probe after
         self._probe_token: object = None
+        self._guard_params: list[Any] = []
         codecs = {column.name: self.dialect.codec(column) for column in self.schema.columns}
         self._encoders = {name: encode for name, (encode, _) in codecs.items()}
         self._field_encoders: dict[tuple[str, ...], Callable[[R], list[Any]]] = {}
@@ -258,7 +259,7 @@ class SQLStore(Store[R], ABC):
             self.lock_schema()
             self.schema.ensure(self)
             probed = self.run(*self._probe_statement)
-            self._probe_token = self.dialect.read_probe(self.schema, probed)
+            self._remember_probe(self.dialect.read_probe(self.schema, probed))
         self._verified = True
 
     # -- driver hooks ---------------------------------------------------------------
@@ -384,7 +385,15 @@ class SQLStore(Store[R], ABC):
             # Some connection changed the catalogue. Check it all again: an identical
             # schema (a table dropped and recreated as it was, a new index) carries on.
             self.schema.verify(self)
-            self._probe_token = token
+            self._remember_probe(token)
+
+    def _remember_probe(self, token: object) -> None:
+        """The probe's answer, and the parameters a write outside a transaction binds to
+        say "the schema is still as it was verified" (computed once per answer)."""
+        self._probe_token = token
+        self._guard_params = [
+            *self.dialect.catalogue_params(self.schema, token), *self._meta_params,
+        ]
 
     def _reading(self) -> AbstractContextManager[None]:
         """Reads outside a store transaction: one statement where the connection
@@ -550,10 +559,7 @@ class SQLStore(Store[R], ABC):
         if self._depth:
             changed = self.change(in_transaction, params)
         else:
-            changed = self.alone(alone, [
-                *params, *self.dialect.catalogue_params(self.schema, self._probe_token),
-                *self._meta_params,
-            ])
+            changed = self.alone(alone, [*params, *self._guard_params])
             if changed == 0:
                 self.check_schema()  # an altered schema is refused as such, not as a race
         if changed != 1:
