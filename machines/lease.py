@@ -65,11 +65,10 @@ class LostRace(LifecycleError):
 
 
 class LeaseQueries(Protocol[R]):
-    """What the protocol asks of a store: three queries, one write, one transaction."""
+    """What the protocol asks of a store: the first due records, the expired leases and
+    (optionally) a glance at both; one write; one transaction."""
 
     def transaction(self) -> AbstractContextManager[None]: ...
-
-    def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None: ...
 
     def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[R]: ...
 
@@ -138,7 +137,7 @@ def first_due(
     lifecycle: Lifecycle[R, Any], records: Iterable[R], now: float,
     exclude: frozenset[str] = frozenset(),
 ) -> R | None:
-    """What ``next_due`` answers, over records in hand: the first due one in claim order."""
+    """The first due record in claim order, over records in hand."""
     found = due_in_order(lifecycle, records, now, 1, exclude)
     return found[0] if found else None
 
@@ -243,7 +242,8 @@ def claim(
         recover_expired(store, lifecycle, inputs)
         passed_over: frozenset[str] = frozenset()
         while True:
-            decision = decide_claim(lifecycle, store.next_due(inputs.now, passed_over), inputs)
+            found = store.due(inputs.now, 1, passed_over)
+            decision = decide_claim(lifecycle, found[0] if found else None, inputs)
             if decision is None:
                 return None
             if isinstance(decision, PassOver):

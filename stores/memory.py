@@ -69,8 +69,8 @@ class MemoryStore(Store[R]):
     # -- the lease queries: the protocol's own pure answers over the records held ----
 
     def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None:
-        due = lease.first_due(self.lifecycle, self._records.values(), now, exclude)
-        return None if due is None else self.lifecycle.check(due)
+        found = self.due(now, 1, exclude)
+        return found[0] if found else None
 
     def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[R]:
         found = lease.due_in_order(self.lifecycle, self._records.values(), now, limit, exclude)

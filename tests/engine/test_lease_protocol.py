@@ -75,10 +75,6 @@ class Answers:
     def check_schema(self) -> None:
         self.schema_checks += 1
 
-    def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> Any:
-        self.asked.append(exclude)
-        return lease.first_due(MONITOR, self.records.values(), now, exclude)
-
     def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[Any]:
         self.asked.append(exclude)
         return lease.due_in_order(MONITOR, self.records.values(), now, limit, exclude)
