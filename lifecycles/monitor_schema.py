@@ -100,6 +100,10 @@ class MonitorBinding:
         Column("expected_capabilities_sha256", "text"),
     )
     legacy_meta_columns = meta_columns[:2]
+    # Its CHECKs (status declared, counts non-negative, max_failures in 1..20, lease
+    # fields set exactly while leased) are field rules and the lease invariant; a test
+    # breaks each one and expects health to answer as the reference does.
+    rules_cover_checks = True
 
     def __init__(self, capabilities_sha256: str) -> None:
         self.capabilities_sha256 = capabilities_sha256

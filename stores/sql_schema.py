@@ -83,6 +83,10 @@ class SchemaBinding(Protocol):
     meta_table: str
     meta_columns: tuple[Column, ...]
     meta_rows: list[tuple[Any, ...]]
+    rules_cover_checks: bool
+    """Every ``CHECK`` constraint ``prepare`` writes is implied by the lifecycle's rules
+    (a row breaking one breaks a rule with an SQL form): health may then skip the
+    engine's re-verification of the constraints, the rules' query finding the same rows."""
 
     def prepare(self, schema: SQLSchema, catalogue: Catalogue) -> None: ...
 

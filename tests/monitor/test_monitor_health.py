@@ -169,3 +169,59 @@ def test_rules_without_an_sql_form_are_checked_by_reading_every_row(tmp_path: Pa
         store.health(1.0)
     assert getattr(caught.value, "rules", None) == ("decision_matches_status",)
     assert getattr(caught.value, "keys", None) == ("doc-1",)
+
+
+# Each of the table's own CHECK constraints, broken alone on one row (a status that is
+# not declared, negative counts, max_failures out of 1..20, lease fields set or missing
+# outside or inside a lease). Health skips the engine's re-verification of the
+# constraints while the rules' query finds nothing; it must still find each of these
+# and answer as the reference does.
+CHECK_BREAKERS: dict[str, dict[str, Any]] = {
+    "status_declared": {"status": "paused"},
+    "poll_attempts_non_negative": {"poll_attempts": -1},
+    "failures_non_negative": {"failures": -1},
+    "max_failures_at_least_1": {"max_failures": 0},
+    "max_failures_at_most_20": {"max_failures": 21},
+    "lease_owner_outside_a_lease": {"lease_owner": "w9"},
+    "leased_without_a_lease": {"status": "leased"},
+}
+
+
+@pytest.mark.parametrize("breaker", sorted(CHECK_BREAKERS))
+def test_each_of_the_tables_checks_broken_is_the_engines_complaint(
+    tmp_path: Path, breaker: str
+) -> None:
+    from support.monitor import reference_monitor
+
+    path = tmp_path / "monitor.db"
+    monitor = opened(path, items=3)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("PRAGMA ignore_check_constraints = ON")
+    changes = CHECK_BREAKERS[breaker]
+    other.execute(
+        f"UPDATE {TABLE} SET {', '.join(f'{c} = ?' for c in changes)} WHERE event_id = 'e01'",
+        tuple(changes.values()),
+    )
+    other.close()
+    before = table_dump(monitor.connection)
+    with pytest.raises(StorageBlocked) as caught:
+        monitor.health(now=20)
+    assert caught.value.code == "terminal_processing_monitor.database_integrity"
+    assert table_dump(monitor.connection) == before
+    reference = reference_monitor().DurableTerminalProcessingMonitor(
+        sqlite3.connect(path), CAPABILITIES
+    )
+    with pytest.raises(Exception) as referenced:
+        reference.health(now=20)
+    assert getattr(referenced.value, "code", None) == caught.value.code
+
+
+@pytest.mark.parametrize("setting", [0, 1])
+def test_health_leaves_the_connections_check_setting_as_it_was(
+    tmp_path: Path, setting: int
+) -> None:
+    monitor = opened(tmp_path / "monitor.db", items=2)
+    monitor.connection.execute(f"PRAGMA ignore_check_constraints = {setting}")
+    assert monitor.health(now=20).counts["pending"] == 2
+    (now_set,) = monitor.connection.execute("PRAGMA ignore_check_constraints").fetchone()
+    assert now_set == setting
