@@ -8,6 +8,13 @@ through a connection that times every ``execute``, ``executemany`` and ``fetch*`
 Prints, per cycle, the time inside SQLite, the time outside it (Python: checks,
 transitions, encoding, the reader) and the statements run. Not a ``bench_*`` file:
 ``run.py`` does not run it; it explains ``bench_throughput.py``'s first figure.
+
+Then the floor: the Python work a cycle cannot drop without dropping a check, timed
+alone on one claimed row (no I/O): decode and check the claimed row, read the
+receiver's answer through its rules, fire the completing row (its guards, its effect,
+every invariant of the new record) and encode it. That is the work left even if the
+claim itself were decided inside the database (``UPDATE ... RETURNING``) with the
+raw loop's statements, so ``raw / (raw + floor)`` bounds the WAL target's ratio.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,6 +39,7 @@ os.environ.setdefault(
 from bench_throughput import RawSQLite
 from support.monitor import CAPABILITIES, answer, notification
 
+from lifecycles.machines.monitor import MONITOR, MonitorInputs, poll_step, read_answer
 from lifecycles.monitor import DurableTerminalProcessingMonitor
 
 
@@ -107,6 +116,44 @@ def drain(path: Path, items: int, raw: bool) -> tuple[float, float, float]:
     return elapsed / cycles, Timed.seconds / cycles, Timed.statements / cycles
 
 
+def floor_steps(directory: Path, repeat: int = 2_000) -> dict[str, float]:
+    """Microseconds per cycle of each step no design can skip, timed alone."""
+    connection = sqlite3.connect(directory / "floor.db")
+    monitor = DurableTerminalProcessingMonitor(connection, CAPABILITIES)
+    monitor.register_many([notification(0)], now=10)
+    claimed_view = monitor.claim("w1", now=20, lease_seconds=600)
+    assert claimed_view is not None
+    store = monitor.store
+    (row,) = store.run(store._get, ("e0",))
+    claimed = store._decode(row)
+    reply = answer("e0", "site-1", "pending")
+    sha = monitor.expected_capabilities_sha256
+    lease = MonitorInputs(now=20, policy=monitor.policy, worker_id="w1",
+                          lease_token=claimed.lease_token)
+    step = poll_step(lease, read_answer(reply, claimed, sha))
+    done = step.fire(claimed, MONITOR.fire)
+    encode = store._encoder_of(tuple(store.schema.column_names))
+    steps: dict[str, Callable[[], object]] = {
+        "decode and check the claimed row": lambda: store._decode(row),
+        "read the answer through its rules": lambda: poll_step(
+            lease, read_answer(reply, claimed, sha)),
+        "fire the completing row (guards, effect, invariants)": lambda: step.fire(
+            claimed, MONITOR.fire),
+        "encode the completed record": lambda: encode(done),
+    }
+    figures = {}
+    for name, call in steps.items():
+        best = float("inf")
+        for _ in range(5):
+            started = time.perf_counter()
+            for _ in range(repeat):
+                call()
+            best = min(best, (time.perf_counter() - started) / repeat)
+        figures[name] = best * 1e6
+    connection.close()
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--items", type=int, default=2_000)
@@ -121,11 +168,21 @@ def main() -> int:
     print(f"run_once on SQLite WAL + synchronous=NORMAL, {args.items:,} items drained, "
           f"medians of {args.rounds} rounds; microseconds per cycle")
     print(f"{'':>12}{'total':>10}{'in SQLite':>12}{'in Python':>12}{'statements':>12}")
+    totals = {}
     for name, runs in figures.items():
-        total = statistics.median(run[0] for run in runs) * 1e6
+        total = totals[name] = statistics.median(run[0] for run in runs) * 1e6
         inside = statistics.median(run[1] for run in runs) * 1e6
         statements = statistics.median(run[2] for run in runs)
         print(f"{name:>12}{total:>10.0f}{inside:>12.0f}{total - inside:>12.0f}{statements:>12.1f}")
+    with tempfile.TemporaryDirectory(prefix="profile-floor-") as directory:
+        floor = floor_steps(Path(directory))
+    print("the Python floor of one cycle, each step timed alone (best of 5), microseconds")
+    for name, micros in floor.items():
+        print(f"  {micros:8.1f}  {name}")
+    least = sum(floor.values())
+    raw = totals["raw"]
+    print(f"  {least:8.1f}  in all; with the raw loop's own statements the WAL ratio is at "
+          f"most {raw:.0f} / ({raw:.0f} + {least:.0f}) = {raw / (raw + least):.2f}")
     return 0
 
 
