@@ -43,6 +43,7 @@ R = TypeVar("R")
 __all__ = [
     "AllOf",
     "AnyOf",
+    "Arith",
     "Attr",
     "Compare",
     "Const",
@@ -52,6 +53,8 @@ __all__ = [
     "FullMatch",
     "IfElse",
     "In",
+    "Input",
+    "Inputs",
     "IsNone",
     "Length",
     "Not",
@@ -87,6 +90,27 @@ class Expr:
 
     def __hash__(self) -> int:
         return id(self)
+
+    # A node is no text: a function evaluated symbolically that formats one (an
+    # f-string, str()) would build a wrong constant silently; it fails instead.
+    def __str__(self) -> str:
+        raise TypeError("a rule expression is no text")
+
+    def __format__(self, spec: str) -> str:
+        raise TypeError("a rule expression is no text")
+
+    # Sums and differences, for the values an effect writes (``r.attempts + 1``).
+    def __add__(self, other: object) -> Expr:
+        return Arith("+", self, lift(other))
+
+    def __radd__(self, other: object) -> Expr:
+        return Arith("+", lift(other), self)
+
+    def __sub__(self, other: object) -> Expr:
+        return Arith("-", self, lift(other))
+
+    def __rsub__(self, other: object) -> Expr:
+        return Arith("-", lift(other), self)
 
     # Comparisons build nodes (mypy: these deliberately do not return bool).
     def __eq__(self, other: object) -> Expr:  # type: ignore[override]
@@ -165,6 +189,22 @@ class Attr(Expr):
     """A field of the record an invariant checks (a column, in SQL)."""
 
     name: str
+
+
+@attrs.frozen(eq=False)
+class Input(Expr):
+    """A field of a transition's inputs (a statement parameter, in SQL)."""
+
+    name: str
+
+
+@attrs.frozen(eq=False)
+class Arith(Expr):
+    """``left op right`` for ``op`` ``+`` or ``-``, on numbers."""
+
+    op: str
+    left: Expr
+    right: Expr
 
 
 @attrs.frozen(eq=False)
@@ -348,6 +388,17 @@ class Fields(Generic[R]):
         return Attr(name)
 
 
+class Inputs:
+    """A transition's inputs, symbolically: ``i.name`` is the node of input ``name``."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Expr:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Input(name)
+
+
 # --- the Python form ------------------------------------------------------------------
 
 
@@ -452,6 +503,8 @@ class _PythonSource:
                 return f"({matcher}({r(operand)}) is not None)"
             case Length(operand):
                 return f"len({r(operand)})"
+            case Arith(op, left, right):
+                return f"({r(left)} {op} {r(right)})"
             case IfElse(condition, then, otherwise):
                 return f"({r(then)} if {r(condition)} else {r(otherwise)})"
             case PythonOnly(function, operand, _):

@@ -71,6 +71,7 @@ import attrs
 from lifecycles.invariants.expressions import (
     AllOf,
     AnyOf,
+    Arith,
     Attr,
     Compare,
     Connectives,
@@ -80,6 +81,7 @@ from lifecycles.invariants.expressions import (
     FullMatch,
     IfElse,
     In,
+    Input,
     IsNone,
     Length,
     Not,
@@ -99,7 +101,9 @@ __all__ = [
     "PostgresRules",
     "RuleSQL",
     "SQLiteRules",
+    "bind_inputs",
     "character_classes",
+    "input_marker",
     "rules_in_sql",
 ]
 
@@ -111,6 +115,21 @@ BROKEN_ROWS_SHOWN = 5
 
 class NoSQLForm(Exception):
     """A rule, or a node of one, that SQL cannot state in this store."""
+
+
+_INPUT = re.compile("\x00input:([^\x00]+)\x00")
+
+
+def input_marker(name: str) -> str:
+    """Where input ``name`` goes in rendered SQL, until :func:`bind_inputs` places it."""
+    return f"\x00input:{name}\x00"
+
+
+def bind_inputs(sql: str, param: str) -> tuple[str, tuple[str, ...]]:
+    """``sql`` with each input marker replaced by the parameter marker ``param``, and
+    the inputs' names in the order their values must be passed."""
+    names = tuple(_INPUT.findall(sql))
+    return _INPUT.sub(lambda _: param, sql), names
 
 
 # --- patterns ------------------------------------------------------------------------
@@ -283,6 +302,10 @@ class RuleSQL:
                 return self.full_match(r(operand), character_classes(pattern))
             case Length(operand):
                 return self.length(r(operand))
+            case Arith(op, left, right):
+                return f"({r(left)} {op} {r(right)})"
+            case Input(name):
+                return input_marker(name)
             case IfElse(condition, then, otherwise):
                 return f"(CASE WHEN {r(condition)} THEN {r(then)} ELSE {r(otherwise)} END)"
             case PythonOnly(_, _, why):
