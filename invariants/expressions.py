@@ -178,24 +178,23 @@ class Expr:
 
 
 @attrs.frozen(eq=False)
-class Var(Expr):
+class _Named(Expr):
+    name: str
+
+
+@attrs.frozen(eq=False)
+class Var(_Named):
     """A value passed in: the checked value of a field rule (``v``), or a parameter."""
 
-    name: str
-
 
 @attrs.frozen(eq=False)
-class Attr(Expr):
+class Attr(_Named):
     """A field of the record an invariant checks (a column, in SQL)."""
 
-    name: str
-
 
 @attrs.frozen(eq=False)
-class Input(Expr):
+class Input(_Named):
     """A field of a transition's inputs (a statement parameter, in SQL)."""
-
-    name: str
 
 
 @attrs.frozen(eq=False)
