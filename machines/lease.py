@@ -76,6 +76,8 @@ class LeaseQueries(Protocol[R]):
 
     def glance(self, now: float) -> Glance[R] | None: ...
 
+    def claim_in_place(self, inputs: Any) -> object: ...
+
     def put(self, before: R, after: R, row: Row) -> None: ...
 
     def check_schema(self) -> None: ...
@@ -228,14 +230,17 @@ def claim(
 ) -> R | None:
     """Rescue expired leases, then lease the first due record, as if in one transaction.
 
-    First a glance (:func:`claim_at_a_glance`); when it cannot settle the claim, the
-    whole protocol in one store transaction. ``on_lease`` sees the newly leased record
-    inside that transaction (so it always takes the transaction); an exception it
-    raises rolls the whole claim back.
+    First the store's own one-statement claim, where it has one
+    (:meth:`~LeaseQueries.claim_in_place`), then a glance (:func:`claim_at_a_glance`);
+    when neither settles the claim, the whole protocol in one store transaction.
+    ``on_lease`` sees the newly leased record inside that transaction (so it always
+    takes the transaction); an exception it raises rolls the whole claim back.
     """
     declared_lease(lifecycle)
     if on_lease is None:
-        settled = claim_at_a_glance(store, lifecycle, inputs)
+        settled = store.claim_in_place(inputs)
+        if settled is UNSETTLED:
+            settled = claim_at_a_glance(store, lifecycle, inputs)
         if settled is not UNSETTLED:
             return settled  # type: ignore[return-value]  # a record or None, never UNSETTLED
     with store.transaction():

@@ -143,6 +143,12 @@ class LeasingStore(Protocol[R]):
         if nothing changed since."""
         ...
 
+    def claim_in_place(self, inputs: Any) -> object:
+        """The common claim (no lease expired) as one statement of the database, its rules
+        checked before it commits: the record leased, or ``UNSETTLED`` when the store
+        cannot, or the statement leased nothing (the protocol then decides)."""
+        ...
+
     def check_schema(self) -> None: ...
 
     def count_due(self, now: float) -> int:
@@ -252,6 +258,10 @@ class Store(ABC, Generic[R]):
     def glance(self, now: float) -> Glance[R] | None:
         """None by default: every claim takes a transaction (see :class:`LeasingStore`)."""
         return None
+
+    def claim_in_place(self, inputs: Any) -> object:
+        """``UNSETTLED`` by default: claims are decided in Python (see :class:`LeasingStore`)."""
+        return lease_protocol.UNSETTLED
 
     def recover_expired(self, inputs: Any) -> list[R]:
         """Fire the lease-expiry trigger on every expired lease; returns the new records

@@ -48,10 +48,11 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, ClassVar, TypeVar
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import tuple_row
 
-from lifecycles.machines.core import Lifecycle
+from lifecycles.machines import lease as lease_protocol
+from lifecycles.machines.core import Lifecycle, TransitionRefused
 from lifecycles.stores.base import (
     SchemaMismatch,
     StoreDamaged,
@@ -61,10 +62,12 @@ from lifecycles.stores.base import (
 )
 from lifecycles.stores.codecs import from_json_or_none, json_or_none
 from lifecycles.stores.sql import Codec, Column, Dialect, SQLSchema, SQLStore
+from lifecycles.stores.sql_claim import ClaimInPlace, claim_in_place
 
 R = TypeVar("R")
 
 Connection = psycopg.Connection[Any]
+TUPLES_OK = ExecStatus.TUPLES_OK
 
 __all__ = [
     "PostgresDialect",
@@ -97,9 +100,22 @@ _COLUMNS_OF = (
 )
 
 
+def _array_literal(items: Sequence[str]) -> str:
+    """``items`` as the text of a PostgreSQL ``text[]`` (the guard casts it): one string
+    parameter, where a list would be dumped element by element on every write."""
+    quoted = ('"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"' for item in items)
+    return "{" + ",".join(quoted) + "}"
+
+
 def _described(value: Any) -> tuple[tuple[str, str], ...]:
     """An array of ``_COLUMNS_OF`` as (name, type) pairs."""
     return tuple((name, kind) for name, _, kind in (str(item).partition(" ") for item in value))
+
+
+def _rows(cursor: Any) -> list[tuple[Any, ...]]:
+    # The result's status, not ``cursor.description``: that builds one object per column.
+    result = cursor.pgresult
+    return cursor.fetchall() if result is not None and result.status == TUPLES_OK else []
 
 
 class PostgresDialect(Dialect):
@@ -157,7 +173,8 @@ class PostgresDialect(Dialect):
             watched.append((schema.binding.meta_table, schema.binding.meta_columns))
         params: list[Any] = []
         for table, columns in watched:
-            params += [table, [f"{c.name} {self.type_names[c.kind]}" for c in columns]]
+            described = [f"{c.name} {self.type_names[c.kind]}" for c in columns]
+            params += [table, _array_literal(described)]
         return params
 
     def read_probe(self, schema: SQLSchema, rows: list[tuple[Any, ...]]) -> object:
@@ -225,6 +242,51 @@ class PostgresStore(SQLStore[R]):
     def autocommits(self) -> bool:
         return bool(self.connection.autocommit)
 
+    _in_place: ClaimInPlace | str | None = None
+
+    def claim_in_place(self, inputs: Any) -> object:
+        """The common claim as one statement (:mod:`lifecycles.stores.sql_claim`): on an
+        autocommit connection outside any transaction, the record leased; otherwise, or
+        when it leased nothing, ``UNSETTLED``."""
+        if self._in_place is None:
+            self._in_place = claim_in_place(self)
+        plan = self._in_place
+        if isinstance(plan, str) or self._depth or not self.connection.autocommit:
+            return lease_protocol.UNSETTLED
+        params = [*(getattr(inputs, name) for name in plan.inputs), *self._guard_params]
+        try:
+            # Prepared at once (planning it costs more than running it), and written with
+            # $n markers (too long for psycopg's cache of converted statements).
+            with self.driver_errors(), psycopg.RawCursor(
+                self.connection, row_factory=tuple_row
+            ) as cursor:
+                cursor.execute(plan.statement, params, prepare=True)
+                found = _rows(cursor)
+        except psycopg.errors.InvalidTextRepresentation:
+            # A rule broken by the record as it was or as written: nothing was written.
+            # The protocol reads it again and refuses it as any read does.
+            return lease_protocol.UNSETTLED
+        if not found:
+            return lease_protocol.UNSETTLED
+        was_values, written_values = plan.split(found[0])
+        was = self._decode(was_values)  # read as any read is: field rules, invariants
+        # The table fires its claim on the record as it was (its dispatch, its guards, its
+        # invariants; the observers told), and the statement must have written exactly
+        # the record that gives.
+        lifecycle = self.lifecycle
+        try:
+            leased = lifecycle.fire(lease_protocol.declared_lease(lifecycle).trigger, was, inputs)
+        except TransitionRefused:
+            leased = None
+        if leased is None or tuple(self._encode(leased, self.schema.column_names)) != (
+            written_values
+        ):
+            raise StoreDamaged(
+                f"the claim of {lifecycle.key_of(was)} wrote another record than its row",
+                code=self.schema.error("database_integrity"),
+            )
+        return leased
+
     def alone(self, statement: str, params: Sequence[Any]) -> int:
         if not self.connection.autocommit:
             return super().alone(statement, params)
@@ -248,7 +310,7 @@ class PostgresStore(SQLStore[R]):
     def run(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.connection.cursor(row_factory=tuple_row) as cursor:
             cursor.execute(statement, params or None)
-            return cursor.fetchall() if cursor.description is not None else []
+            return _rows(cursor)
 
     def change(self, statement: str, params: Sequence[Any]) -> int:
         with self.connection.cursor() as cursor:

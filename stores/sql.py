@@ -578,10 +578,14 @@ class SQLStore(Store[R], ABC):
         aggregate statement, its rules rendered from their declarations. A second
         statement names the first broken records only when there are some
         (:meth:`Health.raise_broken`). Reads outside any transaction, like every read."""
+        return self.rule_queries().run(self, self._fetch, now)
+
+    def rule_queries(self) -> HealthQueries:
+        """Every rule of the lifecycle in SQL, for this table (built on first use)."""
         if self._health_queries is None:
             decoded = {name for name, _ in self._decoders}
             self._health_queries = HealthQueries(
                 self.lifecycle, self.schema, self.dialect,
                 frozenset(self.schema.column_names) - decoded,
             )
-        return self._health_queries.run(self, self._fetch, now)
+        return self._health_queries

@@ -152,6 +152,8 @@ class HealthQueries:
         self.invariant_names = [c.invariant.name for c in invariants]
         verdicts = [f"({c.sql})" for c in fields] + [f"({c.sql})" for c in invariants]
         every_rule = " AND ".join(verdicts) or "1 = 1"
+        self.every_rule = every_rule
+        """Every rule with an SQL form, as one condition on a row's columns."""
 
         def count_when(condition: str) -> str:
             return f"sum(CASE WHEN {condition} THEN 1 ELSE 0 END)"

@@ -66,6 +66,9 @@ class Answers:
         finally:
             self._depth -= 1
 
+    def claim_in_place(self, inputs: Any) -> object:
+        return lease.UNSETTLED  # the protocol decides every claim in Python here
+
     def glance(self, now: float) -> lease.Glance[Any] | None:
         if not self.glancing:
             return None

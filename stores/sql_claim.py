@@ -1,0 +1,142 @@
+"""The claim decided inside the database: one statement, the rules checked before it commits.
+
+The lease protocol's common claim (no lease has expired; the first due record whose
+claim guards hold is leased) needs, written in Python, a read and then a write: two
+round trips to a database server, or a transaction of four. A store that can say it in
+one statement does so here, from the declarations alone:
+
+* the claim rows' guards and effect as expressions (:mod:`lifecycles.machines.symbolic`,
+  the table's own functions called on symbolic arguments), rendered by the rules'
+  renderer: the guards pick the record, the effect is the ``SET``;
+* every field rule and invariant, rendered the same way (as health renders them), is
+  the statement's last step, over the record as written: when some rule does not hold,
+  the statement fails with an error (a text that no integer reads), so the write is
+  undone before it commits, exactly where the Python path would refuse to write;
+* the schema guards of any write outside a transaction (the catalogue as verified, the
+  meta row) and "no lease has expired" (rescues come first, in the full protocol).
+
+PostgreSQL (``WITH ... UPDATE ... RETURNING``): the candidate is locked ``FOR UPDATE SKIP
+LOCKED``, so workers claiming at once take different records; the record as it was
+comes back beside the record as written, from the statement's snapshot. The store reads
+the record as it was as any read does (field rules, invariants), fires the claim on it
+in Python (the table's dispatch and guards, the invariants; the observers are told) and
+requires the statement to have written that very record: the Python table stays the
+judge of what the statement wrote. Whenever the statement leases nothing (nothing due,
+a lease expired, the schema changed, a rule broken), the full protocol decides, in a
+transaction, as before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from lifecycles.invariants.expressions import Attr, Input
+from lifecycles.machines import lease as lease_protocol
+from lifecycles.machines.symbolic import NoSymbolicForm, symbolic_row
+from lifecycles.stores.sql_rules import NoSQLForm, bind_inputs, input_marker, rules_in_sql
+
+if TYPE_CHECKING:
+    from lifecycles.stores.sql import SQLStore
+
+__all__ = ["ClaimInPlace", "claim_in_place"]
+
+RULE_BROKEN = "lifecycles: the claimed record breaks a rule"
+"""The text the statement fails to read as an integer when the written record breaks a
+rule (PostgreSQL's ``invalid_text_representation``, SQLSTATE 22P02)."""
+
+
+@attrs.frozen
+class ClaimInPlace:
+    """The one-statement claim of a store: its SQL and the inputs it binds in order (then
+    the schema guards' parameters); ``width`` columns per record."""
+
+    statement: str
+    inputs: tuple[str, ...]
+    width: int
+
+    def split(self, values: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """The record as it was and as written, out of the statement's one row (each
+        followed by its verdict column)."""
+        return values[: self.width], values[self.width + 1 : 2 * self.width + 1]
+
+
+def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
+    """The claim statement of ``store`` (PostgreSQL), or why there is none."""
+    lifecycle, d = store.lifecycle, store.dialect
+    lease = lifecycle.lease
+    if lease is None:
+        return "no lease"
+    rows = {row.source: row for row in lifecycle.rows if row.trigger == lease.trigger}
+    forms = []
+    try:
+        for row in rows.values():
+            forms.append(symbolic_row(lifecycle, row))
+    except NoSymbolicForm as why:
+        return str(why)
+    if len(rows) != sum(row.trigger == lease.trigger for row in lifecycle.rows):
+        return "a claimable status has more than one claim row"
+    shapes = {(tuple(c.key for c in f.conditions),
+               tuple((name, value.key) for name, value in f.assignments.items()))
+              for f in forms}
+    if len(shapes) != 1:
+        return "the claim rows decide or write differently"
+    health = store.rule_queries()
+    if health.python_only:
+        return f"rules without an SQL form: {', '.join(health.python_only)}"
+    renderer = rules_in_sql(d, store.schema.columns, frozenset(store.schema.column_names))
+    form = forms[0]
+    try:
+        guards = [renderer.render(condition) for condition in form.conditions]
+        assignments = {
+            name: renderer.render(value) for name, value in form.assignments.items()
+        }
+    except NoSQLForm as why:
+        return str(why)
+    every_rule = health.every_rule
+    if any(d.param in text for text in [every_rule, *guards, *assignments.values()]):
+        return "a rule's SQL holds the parameter marker"  # it would be numbered as one
+
+    quote = d.quote
+    table, key = quote(store.schema.table), quote(lifecycle.key_field)
+    status, now = quote(lifecycle.status_field), input_marker("now")
+    columns = ", ".join(map(quote, store.schema.column_names))
+    leased = d.literal(lease_protocol.leased_status(lifecycle))
+    order = ", ".join(map(quote, lease.order_by))
+    # The protocol's "due" first; a guard saying the same (poll_is_due) is not repeated.
+    due = renderer.render(Attr(lease.due_field) <= Input("now"))
+    picked = " AND ".join(dict.fromkeys([d.claimable_clause(lifecycle), due, *guards]))
+    meta, _ = d.meta_guard(store.schema)
+    schema_as_verified = d.catalogue_guard(store.schema) + (f" AND {meta}" if meta else "")
+    refused = f"CAST({d.literal(RULE_BROKEN)} || {key} AS integer)"
+
+    def holds(source: str) -> str:
+        """The rows of ``source``, the statement failing on one that breaks a rule (the
+        record as it was, as a read refuses it; the record as written, before commit)."""
+        return (f"(SELECT {columns}, CASE WHEN {every_rule} THEN 0 ELSE {refused} END"
+                f" AS verdict FROM {source})")
+
+    sets = ", ".join(f"{quote(name)} = {value}" for name, value in assignments.items())
+    statement = (
+        f"WITH pick AS (SELECT {key} FROM {table} WHERE {picked}"
+        f" ORDER BY {order} LIMIT 1{d.skip_locked}),"
+        f" was AS (SELECT {columns} FROM {table} WHERE {key} = (SELECT {key} FROM pick)),"
+        f" claimed AS (UPDATE {table} SET {sets} WHERE {key} = (SELECT {key} FROM pick)"
+        f" AND NOT EXISTS (SELECT 1 FROM {table} AS expired"
+        f" WHERE expired.{status} = {leased} AND expired.{quote(lease.expires_field)} <= {now})"
+        f" AND {schema_as_verified} RETURNING {columns})"
+        f" SELECT before.*, written.* FROM {holds('was')} AS before, {holds('claimed')} AS written"
+    )
+    sql, inputs = bind_inputs(statement, d.param)
+    return ClaimInPlace(numbered(sql, d.param), inputs, len(store.schema.column_names))
+
+
+def numbered(sql: str, param: str) -> str:
+    """``sql`` with each ``param`` marker numbered in order (``$1``, ``$2``...): the
+    statement runs as written, with no client-side rewriting of its markers."""
+    pieces = sql.split(param)
+    return "".join(
+        piece + (f"${index}" if index < len(pieces) else "")
+        for index, piece in enumerate(pieces, start=1)
+    )
