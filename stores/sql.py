@@ -29,6 +29,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from enum import Enum
 from operator import attrgetter
 from typing import Any, ClassVar, TypeVar
 
@@ -439,6 +440,10 @@ class SQLStore(Store[R], ABC):
         if len(fields) == 1:
             (encode,) = encoders
             return lambda record: [encode(read(record))]
+        if all(encode is plain for encode in encoders):  # plain's test, without a call each
+            return lambda record: [
+                value.value if isinstance(value, Enum) else value for value in read(record)
+            ]
         return lambda record: [
             encode(value) for encode, value in zip(encoders, read(record), strict=True)
         ]
