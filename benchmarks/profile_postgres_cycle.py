@@ -1,0 +1,115 @@
+"""Where one PostgreSQL run_once cycle spends its CPU: in the worker, or in its server process.
+
+    python benchmarks/profile_postgres_cycle.py [--items 2000] [--rounds 3] [--dsn DSN]
+
+One worker drains ``--items`` due items with lifecycles' ``run_once``, then with the raw
+SKIP LOCKED loop of ``bench_throughput.py``, each on a table filled (and ANALYZEd) just
+before, in a throw-away schema. Per cycle it prints the wall time, the worker's CPU
+(``time.process_time``) and the CPU of the server process serving its connection
+(``/proc/<pid>/stat``, so the server must run on this machine). With W workers on C
+cores and W >= C, throughput is bounded by CPU per cycle, so ``raw CPU / lifecycles
+CPU`` bounds bench_throughput.py's PostgreSQL ratio at 4 workers on 2 cores. Not a
+``bench_*`` file: ``run.py`` does not run it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+os.environ.setdefault(
+    "LIFECYCLES_SEEDS", str(Path(__file__).resolve().parents[2] / "shared" / "seeds")
+)
+
+from bench_throughput import (
+    DSN_VARIABLE,
+    LOCAL_DSN,
+    TABLE,
+    Items,
+    RawPostgres,
+    Receiver,
+    due_time,
+    monitor_cycle,
+)
+from support.monitor import CAPABILITIES
+
+from lifecycles.monitor import DurableTerminalProcessingMonitor
+from lifecycles.stores.postgres import connect
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of server process ``pid``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def drain(connection: Any, kind: str, items: Items, count: int,
+          receiver: Receiver) -> tuple[float, float, float]:
+    """(wall, worker CPU, server CPU) per cycle, in microseconds."""
+    connection.execute(f"TRUNCATE {TABLE}")
+    items.fill(connection, count, "%s")
+    connection.execute(f"ANALYZE {TABLE}")
+    now = due_time(count)
+    if kind == "raw":
+        cycle = RawPostgres(connection, receiver, now, "w-raw").cycle
+    else:
+        monitor = DurableTerminalProcessingMonitor(connection, CAPABILITIES)
+        cycle = monitor_cycle(monitor, receiver, now)
+    (pid,) = connection.execute("SELECT pg_backend_pid()").fetchone()
+    wall, worker, server, cycles = time.perf_counter(), time.process_time(), server_cpu(pid), 0
+    while cycle():
+        cycles += 1
+    return (
+        (time.perf_counter() - wall) / cycles * 1e6,
+        (time.process_time() - worker) / cycles * 1e6,
+        (server_cpu(pid) - server) / cycles * 1e6,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--items", type=int, default=2_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dsn", default=os.environ.get(DSN_VARIABLE) or LOCAL_DSN)
+    args = parser.parse_args()
+    schema = f"lc_profile_{secrets.token_hex(6)}"
+    items, receiver = Items(args.items), Receiver(args.items)
+    figures: dict[str, list[tuple[float, float, float]]] = {"lifecycles": [], "raw": []}
+    try:
+        with connect(args.dsn, connect_timeout=5) as admin:
+            admin.execute(f"CREATE SCHEMA {schema}")  # ours: lc_profile_ + hex
+    except Exception as error:  # no server here
+        print(f"skipped: PostgreSQL not reachable at {args.dsn} ({type(error).__name__})")
+        return 0
+    try:
+        with connect(args.dsn, options=f"-c search_path={schema}") as connection:
+            DurableTerminalProcessingMonitor(connection, CAPABILITIES)  # the schema
+            for round_ in range(args.rounds):
+                for kind in ("lifecycles", "raw") if round_ % 2 == 0 else ("raw", "lifecycles"):
+                    figures[kind].append(drain(connection, kind, items, args.items, receiver))
+    finally:
+        with connect(args.dsn) as admin:
+            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    print(f"PostgreSQL run_once, one worker, {args.items:,} items drained, medians of "
+          f"{args.rounds} rounds; microseconds per cycle")
+    print(f"{'':>12}{'wall':>8}{'worker CPU':>12}{'server CPU':>12}{'CPU in all':>12}")
+    cpu = {}
+    for kind, runs in figures.items():
+        wall, worker, server = (statistics.median(run[at] for run in runs) for at in range(3))
+        cpu[kind] = worker + server
+        print(f"{kind:>12}{wall:>8.0f}{worker:>12.0f}{server:>12.0f}{cpu[kind]:>12.0f}")
+    print(f"raw CPU / lifecycles CPU = {cpu['raw'] / cpu['lifecycles']:.2f}: what the ratio "
+          "can reach once the workers outnumber the cores")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
