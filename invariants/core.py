@@ -57,6 +57,11 @@ class InvariantViolation(Exception):
         super().__init__(f"{code}: {', '.join(self.rules)}")
 
 
+class StepViolation(InvariantViolation):
+    """A transition would break a step invariant: a table's mistake, never bad input (a
+    fallback for an invalid answer must not hide it)."""
+
+
 def canonical_json(value: object) -> bytes:
     """The one canonical JSON of a value, in UTF-8: sorted keys, no spaces, no ASCII
     escaping, no NaN. Digests, record files and JSON columns are all made of it."""
@@ -223,13 +228,37 @@ def expressed(build: Callable[[Fields[R]], Expr]) -> Invariant[R]:
     return Invariant(build.__name__, holds, _meaning(build), expression=expression)
 
 
-class InvariantSet(Generic[R]):
-    """All the invariants of one record type, checked together."""
+@attrs.frozen
+class StepInvariant(Generic[R]):
+    """A named predicate over one step, the record before a row fires and after it (the
+    ``__old__`` of a contract); its docstring is its one-line meaning."""
 
-    def __init__(self, code: str, invariants: Iterable[Invariant[R]]) -> None:
+    name: str
+    holds: Callable[[R, R], bool]
+    meaning: str
+
+    def __repr__(self) -> str:
+        return f"<step invariant {self.name}>"
+
+
+def step_invariant(function: Callable[[R, R], bool]) -> StepInvariant[R]:
+    """Declare ``function(before, after)`` as a step invariant named after it, explained
+    by its docstring."""
+    return StepInvariant(function.__name__, function, _meaning(function))
+
+
+class InvariantSet(Generic[R]):
+    """All the invariants of one record type, checked together, and the step invariants
+    of its transitions (``steps``), checked on every (before, after) pair a row makes."""
+
+    def __init__(
+        self, code: str, invariants: Iterable[Invariant[R]],
+        steps: Iterable[StepInvariant[R]] = (),
+    ) -> None:
         self.code = code
         self.invariants: tuple[Invariant[R], ...] = tuple(invariants)
-        names = [rule.name for rule in self.invariants]
+        self.steps: tuple[StepInvariant[R], ...] = tuple(steps)
+        names = [rule.name for rule in self.invariants] + [rule.name for rule in self.steps]
         duplicated = sorted({name for name in names if names.count(name) > 1})
         if duplicated:
             raise ValueError(f"invariants declared twice: {duplicated}")
@@ -250,6 +279,17 @@ class InvariantSet(Generic[R]):
         if broken:
             raise InvariantViolation(self.code, broken)
         return record
+
+    def broken_steps(self, before: R, after: R) -> list[str]:
+        """Names of the step invariants the step from ``before`` to ``after`` breaks."""
+        return [rule.name for rule in self.steps if not rule.holds(before, after)]
+
+    def check_step(self, before: R, after: R) -> R:
+        """Return ``after``, or raise :class:`StepViolation` naming each broken step rule."""
+        broken = self.broken_steps(before, after) if self.steps else ()
+        if broken:
+            raise StepViolation(self.code, broken)
+        return after
 
 
 def field_rules(record_type: type) -> list[tuple[str, FieldRule]]:

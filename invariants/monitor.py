@@ -28,6 +28,7 @@ from lifecycles.invariants.core import (
     matches,
     non_negative_integer,
     one_of,
+    step_invariant,
 )
 from lifecycles.invariants.expressions import (
     Expr,
@@ -292,6 +293,43 @@ def updated_not_before_created(r: Fields[MonitorRecord]) -> Expr:
     return r.updated_at >= r.created_at
 
 
+# --- step invariants: what one transition may change -------------------------------
+# (updated_at never going back is not one: the reference writes a worker's clock as it
+# is, and a clock behind the stored time must not turn a poll into a refusal.)
+
+
+@step_invariant
+def claim_mints_a_new_lease_token(before: MonitorRecord, after: MonitorRecord) -> bool:
+    """A record entering the leased status holds a lease token it did not hold before."""
+    return (
+        after.status != MonitorStatus.LEASED or before.status == MonitorStatus.LEASED
+        or after.lease_token != before.lease_token
+    )
+
+
+@step_invariant
+def poll_attempts_never_decrease(before: MonitorRecord, after: MonitorRecord) -> bool:
+    """poll_attempts never decreases."""
+    return after.poll_attempts >= before.poll_attempts
+
+
+@step_invariant
+def failures_reset_only_by_an_answer(before: MonitorRecord, after: MonitorRecord) -> bool:
+    """failures decreases only to 0, when a leased poll gets the receiver's answer."""
+    return after.failures >= before.failures or (
+        after.failures == 0 and before.status == MonitorStatus.LEASED
+        and after.receiver_status is not None
+    )
+
+
+@step_invariant
+def final_records_never_change(before: MonitorRecord, after: MonitorRecord) -> bool:
+    """A succeeded or failed record never changes."""
+    return before.status not in (MonitorStatus.SUCCEEDED, MonitorStatus.FAILED) or (
+        after == before
+    )
+
+
 MONITOR_INVARIANTS: InvariantSet[MonitorRecord] = InvariantSet(
     STATE_INVALID,
     [
@@ -308,6 +346,12 @@ MONITOR_INVARIANTS: InvariantSet[MonitorRecord] = InvariantSet(
         succeeded_iff_receiver_succeeded,
         watching_means_receiver_unfinished,
         updated_not_before_created,
+    ],
+    steps=[
+        claim_mints_a_new_lease_token,
+        poll_attempts_never_decrease,
+        failures_reset_only_by_an_answer,
+        final_records_never_change,
     ],
 )
 

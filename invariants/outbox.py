@@ -30,6 +30,7 @@ from lifecycles.invariants.core import (
     matches,
     non_negative_integer,
     one_of,
+    step_invariant,
 )
 
 RECORD_INVALID = "close_outbox.record_invalid"
@@ -286,6 +287,18 @@ def quarantined_has_reason(r: OutboxRecord) -> bool:
     return r.state != OutboxStatus.QUARANTINED or bool(r.last_error)
 
 
+@step_invariant
+def attempts_never_decrease(before: OutboxRecord, after: OutboxRecord) -> bool:
+    """attempts never decreases."""
+    return after.attempts >= before.attempts
+
+
+@step_invariant
+def intent_never_changes(before: OutboxRecord, after: OutboxRecord) -> bool:
+    """A record's intent (and so a delivered record's) never changes once stored."""
+    return after.intent() == before.intent()
+
+
 OUTBOX_INVARIANTS: InvariantSet[OutboxRecord] = InvariantSet(
     RECORD_INVALID,
     [
@@ -295,6 +308,7 @@ OUTBOX_INVARIANTS: InvariantSet[OutboxRecord] = InvariantSet(
         entry_id_matches_identity,
         quarantined_has_reason,
     ],
+    steps=[attempts_never_decrease, intent_never_changes],
 )
 
 

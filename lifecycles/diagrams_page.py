@@ -261,6 +261,21 @@ def _invariants(lifecycle: AnyLifecycle) -> list[str]:
         f"A violation names the rule and raises `{lifecycle.invariants.code}`.",
         ("invariant", "meaning"),
         (_row(f"`{rule.name}`", _cell(rule.meaning)) for rule in lifecycle.invariants),
+    ) + _step_invariants(lifecycle)
+
+
+def _step_invariants(lifecycle: AnyLifecycle) -> list[str]:
+    steps = lifecycle.invariants.steps
+    if not steps:
+        return []
+    return _table_section(
+        "Step invariants",
+        "Every transition obeys every step invariant, a rule over the record before and "
+        "after it: checked whenever a row fires, on every edge `lifecycles check` walks and "
+        "on every step of the generated tests. A violation names the rule and raises "
+        f"`{lifecycle.invariants.code}`; nothing is written.",
+        ("step invariant", "meaning"),
+        (_row(f"`{rule.name}`", _cell(rule.meaning)) for rule in steps),
     )
 
 def _field_rules(lifecycle: AnyLifecycle) -> list[str]:

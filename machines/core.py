@@ -308,6 +308,8 @@ class Lifecycle(Generic[R, I]):
             "initial": self.initial.value,
             "final": sorted(s.value for s in self.final),
             "invariants": [rule.name for rule in self.invariants],
+            **({"step_invariants": [rule.name for rule in self.invariants.steps]}
+               if self.invariants.steps else {}),
             "field_rules": [[name, rule.name] for name, rule in field_rules(self.record_type)],
             "writes": {name: list(e.writes) for name, e in sorted(self.effects.items())},
             "refusals": {name: g.refusal_code for name, g in sorted(self.guards.items())},
@@ -435,6 +437,7 @@ class Lifecycle(Generic[R, I]):
         except FieldRuleViolation as error:
             raise InvariantViolation(self.invariants.code, [error.rule]) from error
         self.invariants.check(new)
+        self.invariants.check_step(record, new)
         for observer in self._observers:
             observer.fired(self, row, record, new)
         return new

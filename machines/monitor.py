@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import FieldRuleViolation, InvariantViolation
+from lifecycles.invariants.core import FieldRuleViolation, InvariantViolation, StepViolation
 from lifecycles.invariants.monitor import (
     ANSWER_RULES,
     ANSWER_SHAPE,
@@ -263,6 +263,8 @@ class PollStep:
             return fire_(self.trigger, record, self.inputs)
         try:
             return fire_(self.trigger, record, self.inputs)
+        except StepViolation:
+            raise  # the table's own mistake: no answer caused it, none may hide it
         except InvariantViolation:  # the answer is well-formed but its record is invalid
             return fire_("fail_attempt", record, self.fallback)
 
