@@ -31,6 +31,7 @@ from lifecycles.invariants.core import (
     invariant,
     matches,
     one_of,
+    step_invariant,
 )
 from lifecycles.machines.core import Changes, Lease, Lifecycle, effect, guard
 
@@ -145,10 +146,17 @@ def updated_not_before_submitted(r: ReviewRecord) -> bool:
     return r.updated_at >= r.submitted_at
 
 
+@step_invariant
+def revision_never_decreases(before: ReviewRecord, after: ReviewRecord) -> bool:
+    """The revision never decreases."""
+    return after.revision >= before.revision
+
+
 REVIEW_INVARIANTS: InvariantSet[ReviewRecord] = InvariantSet(
     CODE + "state_invalid",
     [lease_fields_iff_in_review, decision_matches_status, reason_iff_objection_or_expiry,
      revision_within_bound, deadline_after_submission, updated_not_before_submitted],
+    steps=[revision_never_decreases],
 )
 
 
