@@ -53,7 +53,7 @@ import json
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -80,6 +80,7 @@ from lifecycles.machines.exploration import (
     explore,
     replay,
 )
+from lifecycles.machines.liveness import liveness
 from lifecycles.registry import registered
 from lifecycles.replay import TRACE_DIR_DEFAULT, import_root, write_replay
 from lifecycles.snapshot import (
@@ -197,7 +198,7 @@ def _explore(target: Target, exploration: AnyExploration) -> ExplorationResult:
     """:func:`explore`; what escapes it (initial records, choices, the abstraction)
     becomes ``check_raised`` at the user's line."""
     try:
-        return explore(exploration)
+        return explore(exploration, keep_graph=True)
     except Exception as error:
         raise CheckerError(
             "check_raised",
@@ -319,8 +320,46 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
     if missing_statuses:
         outcome.failures.append("statuses never reached")
         say(f"  FAIL statuses never reached: {missing_statuses}")
+    _check_liveness(result, exploration, say, outcome)
     say("  OK" if outcome.ok else f"  FAILED: {'; '.join(outcome.failures)}")
     return outcome
+
+
+def _check_liveness(result: ExplorationResult, exploration: AnyExploration,
+                    say: Callable[[str], None], outcome: Outcome) -> None:
+    """Every state keeps a way to a final status; every cycle avoiding one is declared
+    (:mod:`lifecycles.machines.liveness`). A search cut short proves neither."""
+    graph = result.graph
+    if graph is None or result.truncated:
+        say("  liveness: not checked (the search was cut at its bounds)")
+        return
+    found = liveness(graph, exploration.accepted_cycles)
+    accepted = [cycle for cycle in found.cycles if cycle.accepted is not None]
+    say(f"  liveness: {result.states - len(found.stuck)}/{result.states} states can reach a "
+        f"final status; {len(found.cycles)} cycles without one, {len(accepted)} declared")
+    for cycle in accepted:
+        assert cycle.accepted is not None
+        say(f"    accepted: {', '.join(sorted(cycle.triggers))} ({cycle.size} states): "
+            f"{cycle.accepted.reason}")
+
+    def trace(state: int) -> None:
+        initial, steps = graph.trace_to(state)
+        say(f"    shortest trace (from initial record {initial}: "
+            f"{_summary(exploration.initial()[initial])}):")
+        for number, step in enumerate(steps, 1):
+            say(f"      {number}. {step.move}: {step.description}")
+
+    if found.stuck:
+        outcome.failures.append("states that cannot reach a final status")
+        say(f"  FAIL {len(found.stuck)} reachable states can never reach a final status "
+            "(a status that traps records, or a lease never rescued); the first found:")
+        trace(found.stuck[0])
+    for cycle in found.findings:
+        outcome.failures.append("a cycle without a final status")
+        say(f"  FAIL a cycle of {cycle.size} states never reaches a final status, made of "
+            f"{', '.join(sorted(cycle.triggers))}; declare it beside the table "
+            "(Exploration(accepted_cycles=...)) with the reason it is intended, or fix it:")
+        trace(cycle.entry)
 
 
 def report_error(error: CheckerError, *, out: TextIO, err: TextIO, as_json: bool = False,

@@ -30,7 +30,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
@@ -128,6 +128,20 @@ def strategy_in(module: str, name: str) -> Callable[..., SearchStrategy[Any]]:
     return strategy
 
 
+def _names(names: Iterable[str]) -> frozenset[str]:
+    return frozenset(names)
+
+
+@attrs.frozen
+class AcceptedCycle:
+    """A cycle of a lifecycle that may go on for ever without reaching a final status,
+    declared beside its table: the triggers it is made of, and why it is intended (the
+    liveness check accepts a cycle whose rows all fire these triggers, and prints why)."""
+
+    triggers: frozenset[str] = attrs.field(converter=_names)
+    reason: str
+
+
 @attrs.frozen
 class Exploration(Generic[R]):
     """Everything the checker and the generated tests need to drive one lifecycle."""
@@ -146,6 +160,8 @@ class Exploration(Generic[R]):
     lease_inputs: Callable[[float, str], Any] | None = None
     max_depth: int = 100
     max_states: int = 500_000
+    #: Cycles without a final status that are intended (see :mod:`..liveness`).
+    accepted_cycles: tuple[AcceptedCycle, ...] = ()
 
     def sources(self, move: Move[R, Any]) -> frozenset[str]:
         """Statuses ``move`` may start from: the sources of its triggers in the table."""
@@ -289,10 +305,35 @@ class ExplorationResult:
     coverage: Coverage | None = None
     violation: Violation | None = None
     records: list[Any] = attrs.field(factory=list)  # one per state, with keep_records
+    graph: Graph | None = None  # with keep_graph
 
     @property
     def states_per_second(self) -> float:
         return self.states / self.seconds if self.seconds > 0 else float("inf")
+
+
+@attrs.define
+class Graph:
+    """The explored state graph: for each state (in the order found), whether its status
+    is final, its edges (target state, the triggers whose rows fired, whether the record
+    changed at all) and the shortest trace to it."""
+
+    final: list[bool] = attrs.field(factory=list)
+    edges: list[list[tuple[int, frozenset[str], bool]]] = attrs.field(factory=list)
+    trace_to: Callable[[int], tuple[int, tuple[Step, ...]]] = lambda index: (0, ())
+
+
+class _Fired:
+    """Collects the triggers of the rows fired during one move."""
+
+    def __init__(self) -> None:
+        self.triggers: set[str] = set()
+
+    def attempted(self, lifecycle: Any, trigger: str, record: Any, inputs: Any) -> None:
+        pass
+
+    def fired(self, lifecycle: Any, row: Row, before: Any, after: Any) -> None:
+        self.triggers.add(row.trigger)
 
 
 @attrs.frozen
@@ -315,11 +356,14 @@ def _trace(nodes: list[_Node[Any]], index: int) -> tuple[int, tuple[Step, ...]]:
     return nodes[root].initial, tuple(steps)
 
 
-def explore(exploration: Exploration[R], *, keep_records: bool = False) -> ExplorationResult:
+def explore(
+    exploration: Exploration[R], *, keep_records: bool = False, keep_graph: bool = False,
+) -> ExplorationResult:
     """Breadth-first search of every abstract state within the declared bounds.
 
     With ``keep_records`` the result lists the first concrete record reached in each
-    state (to compare abstractions, say).
+    state (to compare abstractions, say); with ``keep_graph`` it keeps every edge, for
+    the liveness analysis (:mod:`lifecycles.machines.liveness`).
     """
     lifecycle = exploration.lifecycle
     result = ExplorationResult(lifecycle.name)
@@ -328,7 +372,20 @@ def explore(exploration: Exploration[R], *, keep_records: bool = False) -> Explo
     started = time.perf_counter()
     nodes: list[_Node[R]] = []
     seen: set[Hashable] = set()
+    index_of: dict[Hashable, int] = {}
+    graph = Graph(trace_to=lambda index: _trace(nodes, index)) if keep_graph else None
+    result.graph = graph
+    fired = _Fired()
     queue: deque[int] = deque()
+
+    def add_node(node: _Node[R], key: Hashable) -> int:
+        seen.add(key)
+        nodes.append(node)
+        index_of[key] = len(nodes) - 1
+        if graph is not None:
+            graph.final.append(lifecycle.status_of(node.record) in lifecycle.final)
+            graph.edges.append([])
+        return len(nodes) - 1
     sources = {move.name: exploration.sources(move) for move in exploration.moves}
 
     def fail(kind: str, error: BaseException | None, message: str, rules: tuple[str, ...],
@@ -350,12 +407,10 @@ def explore(exploration: Exploration[R], *, keep_records: bool = False) -> Explo
             return result
         key = exploration.abstraction(record)
         if key not in seen:
-            seen.add(key)
-            nodes.append(_Node(record, -1, None, 0, number))
-            queue.append(len(nodes) - 1)
+            queue.append(add_node(_Node(record, -1, None, 0, number), key))
             result.statuses.add(str(lifecycle.status_of(record)))
 
-    with lifecycle.observing(coverage):
+    with lifecycle.observing(coverage), lifecycle.observing(fired):
         while queue and result.violation is None:
             index = queue.popleft()
             node = nodes[index]
@@ -367,6 +422,7 @@ def explore(exploration: Exploration[R], *, keep_records: bool = False) -> Explo
                 if status not in sources[move.name]:
                     continue
                 for number, choice in enumerate(move.choices(node.record)):
+                    fired.triggers = set()
                     try:
                         after = move.perform(lifecycle.fire, node.record, choice)
                     except TransitionRefused:
@@ -386,17 +442,20 @@ def explore(exploration: Exploration[R], *, keep_records: bool = False) -> Explo
                              broken, index, step)
                         break
                     key = exploration.abstraction(after)
-                    if key in seen:
-                        continue
-                    if len(seen) >= exploration.max_states:
-                        result.truncated = True
-                        continue
-                    seen.add(key)
-                    step = Step(move.name, number, move.describe_choice(node.record, choice))
-                    nodes.append(_Node(after, index, step, node.depth + 1, node.initial))
-                    queue.append(len(nodes) - 1)
-                    result.depth = max(result.depth, node.depth + 1)
-                    result.statuses.add(str(lifecycle.status_of(after)))
+                    target = index_of.get(key)
+                    if target is None:
+                        if len(seen) >= exploration.max_states:
+                            result.truncated = True
+                            continue
+                        step = Step(move.name, number, move.describe_choice(node.record, choice))
+                        target = add_node(
+                            _Node(after, index, step, node.depth + 1, node.initial), key)
+                        queue.append(target)
+                        result.depth = max(result.depth, node.depth + 1)
+                        result.statuses.add(str(lifecycle.status_of(after)))
+                    if graph is not None:
+                        graph.edges[index].append(
+                            (target, frozenset(fired.triggers), after != node.record))
                 if result.violation is not None:
                     break
     result.states = len(seen)

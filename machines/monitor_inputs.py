@@ -45,6 +45,7 @@ from typing import Any
 import attrs
 
 from lifecycles.machines.exploration import (
+    AcceptedCycle,
     Exploration,
     Fire,
     Move,
@@ -401,6 +402,17 @@ def monitor_exploration(complete: Completer = _complete) -> Exploration[MonitorR
         lease_inputs=lambda now, token: MonitorInputs(
             now=now, policy=POLICY, worker_id=CLAIMER, lease_token=token,
             lease_seconds=LEASE_SECONDS),
+        accepted_cycles=(
+            AcceptedCycle(
+                {"claim", "observe_progress"},
+                "the monitor polls for as long as the receiver reports the notification "
+                "unfinished (pending, leased, retry_wait), as the reference does: the "
+                "receiver decides when it ends, not a bound on polls"),
+            AcceptedCycle(
+                {"claim", "observe_progress", "fail_attempt", "expire_lease"},
+                "failed reads and lost leases between two answers: each answer resets "
+                "failures, so max_failures bounds the failures in a row, not in all"),
+        ),
     )
 
 

@@ -30,7 +30,12 @@ from lifecycles.invariants.outbox import (
     entry_id_for,
     intent_digest,
 )
-from lifecycles.machines.exploration import Exploration, strategy_in, trigger_move
+from lifecycles.machines.exploration import (
+    AcceptedCycle,
+    Exploration,
+    strategy_in,
+    trigger_move,
+)
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs
 
 ENQUEUED_AT = "2026-01-01T00:00:00+00:00"
@@ -125,4 +130,10 @@ EXPLORATION: Exploration[OutboxRecord] = Exploration(
         "quarantine with a text, empty, blank and over-long description"
     ),
     new_records=strategy_in(STRATEGIES, "new_records"),
+    accepted_cycles=(
+        AcceptedCycle(
+            {"attempt", "fail_delivery"},
+            "a pending intent is replayed until it is delivered or quarantined: at-least-"
+            "once delivery never gives up on its own, as in the reference"),
+    ),
 )

@@ -1,0 +1,84 @@
+"""Liveness on the explored graph (lifecycles.machines.liveness).
+
+Stuck states (no path to a final status) and cycles of non-final states, the latter
+accepted only when declared beside the table. Hand-built graphs pin the analysis;
+the shipped lifecycles must have no stuck state and only declared cycles, and taking a
+declaration away must turn its cycle into a finding.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from lifecycles.machines.exploration import AcceptedCycle, Graph, explore
+from lifecycles.machines.liveness import liveness
+from lifecycles.machines.monitor_inputs import EXPLORATION as MONITOR_EXPLORATION
+from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX_EXPLORATION
+
+
+def graph(final: list[bool], edges: dict[int, list[tuple[int, str, bool]]]) -> Graph:
+    return Graph(final=final, edges=[
+        [(target, frozenset({trigger}), changed) for target, trigger, changed in edges.get(i, [])]
+        for i in range(len(final))
+    ])
+
+
+def test_a_state_without_a_way_to_a_final_status_is_stuck() -> None:
+    # 0 -> 1 -> 3 (final); 0 -> 2, and 2 only loops on itself without changing.
+    found = liveness(graph([False, False, False, True],
+                           {0: [(1, "a", True), (2, "b", True)], 1: [(3, "c", True)],
+                            2: [(2, "d", False)]}))
+    assert found.stuck == (2,)
+    assert found.cycles == ()  # a step that changes nothing is no cycle
+    assert not found.ok
+
+
+def test_a_cycle_of_non_final_states_is_a_finding_unless_declared() -> None:
+    # 0 -> 1 -> 2 -> 1 (a cycle of b and c), 2 -> 3 final.
+    edges = {0: [(1, "a", True)], 1: [(2, "b", True)], 2: [(1, "c", True), (3, "d", True)]}
+    found = liveness(graph([False, False, False, True], edges))
+    assert found.stuck == ()
+    (cycle,) = found.cycles
+    assert (cycle.entry, cycle.size, cycle.triggers) == (1, 2, frozenset({"b", "c"}))
+    assert found.findings == (cycle,) and not found.ok
+    declared = AcceptedCycle({"b", "c", "x"}, "b and c may go on")
+    accepted = liveness(graph([False, False, False, True], edges), [declared])
+    assert accepted.ok and accepted.cycles[0].accepted == declared
+    narrower = liveness(graph([False, False, False, True], edges), [AcceptedCycle({"b"}, "")])
+    assert not narrower.ok
+
+
+def test_a_self_loop_that_changes_the_record_is_a_cycle() -> None:
+    found = liveness(graph([False, True], {0: [(0, "retry", True), (1, "done", True)]}))
+    assert [(c.entry, c.size, c.triggers) for c in found.cycles] == [
+        (0, 1, frozenset({"retry"}))]
+
+
+def test_deep_graphs_do_not_hit_the_recursion_limit() -> None:
+    length = 20_000
+    edges = {i: [(i + 1, "next", True)] for i in range(length - 1)}
+    edges[length - 1] = [(0, "again", True)]
+    found = liveness(graph([False] * length, edges))
+    assert len(found.stuck) == length
+    assert [cycle.size for cycle in found.cycles] == [length]
+
+
+def test_the_shipped_lifecycles_keep_a_way_out_and_declare_their_cycles() -> None:
+    for exploration in (MONITOR_EXPLORATION, OUTBOX_EXPLORATION):
+        result = explore(exploration, keep_graph=True)
+        assert result.graph is not None and not result.truncated
+        found = liveness(result.graph, exploration.accepted_cycles)
+        assert found.ok, exploration.lifecycle.name
+        assert found.cycles  # both poll or retry for as long as the outside world says
+        undeclared = liveness(result.graph, ())
+        assert undeclared.findings == tuple(attrs.evolve(c, accepted=None)
+                                            for c in found.cycles)
+
+
+def test_every_edge_of_the_graph_is_kept() -> None:
+    result = explore(OUTBOX_EXPLORATION, keep_graph=True)
+    assert result.graph is not None
+    assert sum(len(edges) for edges in result.graph.edges) == result.edges
+    assert len(result.graph.final) == result.states
+    initial, steps = result.graph.trace_to(result.states - 1)
+    assert initial in range(len(OUTBOX_EXPLORATION.initial())) and steps  # steps away
