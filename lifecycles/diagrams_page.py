@@ -70,6 +70,7 @@ def page(lifecycle: AnyLifecycle, mermaid_source: str, *, svg_name: str, dot_nam
     out += _effects(lifecycle)
     out += _lease(lifecycle)
     out += _invariants(lifecycle)
+    out += _checked(lifecycle)
     out += _field_rules(lifecycle)
     out += _beside_the_table(lifecycle)
     return "\n".join(out).rstrip("\n") + "\n"
@@ -277,6 +278,36 @@ def _step_invariants(lifecycle: AnyLifecycle) -> list[str]:
         ("step invariant", "meaning"),
         (_row(f"`{rule.name}`", _cell(rule.meaning)) for rule in steps),
     )
+
+def _checked(lifecycle: AnyLifecycle) -> list[str]:
+    """What `lifecycles check` explores for this lifecycle, and the cycles it accepts."""
+    from lifecycles.loading import find_exploration  # the inputs declared beside the table
+
+    found = find_exploration(lifecycle)
+    if found is None:
+        return []
+    exploration, _ = found
+    out = [
+        "## What the checker explores",
+        "",
+        f"`lifecycles check` walks every state within these bounds: {exploration.bounds} "
+        f"(states told apart by: {exploration.abstraction_doc}). In every state it checks "
+        "every invariant, on every edge every step invariant, and on the whole graph that "
+        "every state keeps a way to a final status.",
+        "",
+    ]
+    if not exploration.accepted_cycles:
+        return [*out, "No cycle avoids the final statuses.", ""]
+    return out + _table_section(
+        "Cycles accepted without a final status",
+        "A record may go round these cycles for as long as the outside world keeps it "
+        "there; each is declared beside the table with its reason. Any other cycle fails "
+        "the check.",
+        ("triggers", "why it is intended"),
+        (_row(", ".join(f"`{t}`" for t in sorted(cycle.triggers)), _cell(cycle.reason))
+         for cycle in exploration.accepted_cycles),
+    )
+
 
 def _field_rules(lifecycle: AnyLifecycle) -> list[str]:
     return _table_section(

@@ -82,3 +82,15 @@ def test_every_edge_of_the_graph_is_kept() -> None:
     assert len(result.graph.final) == result.states
     initial, steps = result.graph.trace_to(result.states - 1)
     assert initial in range(len(OUTBOX_EXPLORATION.initial())) and steps  # steps away
+
+
+def test_the_auditor_page_shows_the_bounds_and_the_accepted_cycles() -> None:
+    from lifecycles.diagrams_page import page
+    from lifecycles.machines.monitor import MONITOR
+
+    text = page(MONITOR, "", svg_name="m.svg", dot_name="m.dot", mermaid_name="m.mmd")
+    assert f"within these bounds: {MONITOR_EXPLORATION.bounds}" in text
+    assert "## Cycles accepted without a final status" in text
+    for cycle in MONITOR_EXPLORATION.accepted_cycles:
+        triggers = ", ".join(f"`{t}`" for t in sorted(cycle.triggers))
+        assert f"| {triggers} | {cycle.reason} |" in text
