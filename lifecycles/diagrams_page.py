@@ -286,7 +286,10 @@ def _checked(lifecycle: AnyLifecycle) -> list[str]:
     found = find_exploration(lifecycle)
     if found is None:
         return []
+    from lifecycles.machines.exploration import explore
+
     exploration, _ = found
+    result = explore(exploration)  # deterministic: the same counts on every machine
     out = [
         "## What the checker explores",
         "",
@@ -294,6 +297,10 @@ def _checked(lifecycle: AnyLifecycle) -> list[str]:
         f"(states told apart by: {exploration.abstraction_doc}). In every state it checks "
         "every invariant, on every edge every step invariant, and on the whole graph that "
         "every state keeps a way to a final status.",
+        "",
+        f"Explored: {result.states:,} states, {result.edges:,} edges ({result.refusals:,} "
+        f"refused), depth {result.depth}"
+        + (", cut at its bounds" if result.truncated else ", complete") + ".",
         "",
     ]
     if not exploration.accepted_cycles:

@@ -90,6 +90,9 @@ def test_the_auditor_page_shows_the_bounds_and_the_accepted_cycles() -> None:
 
     text = page(MONITOR, "", svg_name="m.svg", dot_name="m.dot", mermaid_name="m.mmd")
     assert f"within these bounds: {MONITOR_EXPLORATION.bounds}" in text
+    counted = explore(MONITOR_EXPLORATION)
+    assert (f"Explored: {counted.states:,} states, {counted.edges:,} edges "
+            f"({counted.refusals:,} refused), depth {counted.depth}, complete.") in text
     assert "## Cycles accepted without a final status" in text
     for cycle in MONITOR_EXPLORATION.accepted_cycles:
         triggers = ", ".join(f"`{t}`" for t in sorted(cycle.triggers))
