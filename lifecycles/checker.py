@@ -40,6 +40,8 @@ exit codes:
        unknown_lifecycle     a NAME no loaded module declares
        snapshot_invalid      the status snapshot is not JSON of the expected shape
        snapshot_missing      --statuses FILE does not exist (without --record-statuses)
+       bound_invalid         a --bound that does not parse, that no lifecycle checked
+                             declares, or that its exploration refuses
 
 With --json, stdout is one JSON object: the error above, or the outcome
 {"ok": ..., "lifecycles": [...], "snapshot": ..., "warnings": [...], "seconds": ...}.
@@ -50,6 +52,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import sys
 import time
 import traceback
@@ -386,11 +389,49 @@ def _outcome_json(target: Target, outcome: Outcome) -> dict[str, Any]:
             "replay": None if outcome.replay_path is None else str(outcome.replay_path)}
 
 
+_BOUND = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(\d+)\.\.(\d+)\Z")
+
+
+def parse_bound(text: str) -> tuple[str, tuple[int, int]]:
+    """``NAME=LOW..HIGH`` as (name, (low, high)); ``bound_invalid`` otherwise."""
+    found = _BOUND.match(text)
+    if found is None or int(found[2]) > int(found[3]):
+        raise CheckerError("bound_invalid", f"--bound {text}: write NAME=LOW..HIGH with "
+                           "LOW <= HIGH, for example max_failures=1..8")
+    return found[1], (int(found[2]), int(found[3]))
+
+
+def rebound(chosen: list[Target], bounds: Sequence[str]) -> list[Target]:
+    """``chosen`` with each ``--bound`` applied to the explorations that declare it (a
+    rebound exploration writes no replay file: the declared one would not replay it)."""
+    wanted = dict(parse_bound(text) for text in bounds)
+    if not wanted:
+        return chosen
+    declared = {name for t in chosen if t.exploration for name in t.exploration.tunable}
+    unknown = sorted(set(wanted) - declared)
+    if unknown:
+        raise CheckerError("bound_invalid", f"no lifecycle checked declares the bound(s) "
+                           f"{unknown}; declared: {sorted(declared) or 'none'}")
+    widened = []
+    for target in chosen:
+        exploration = target.exploration
+        mine = {k: v for k, v in wanted.items() if exploration and k in exploration.tunable}
+        if exploration is None or not mine or exploration.rebound is None:
+            widened.append(target)
+            continue
+        try:
+            new = exploration.rebound({**exploration.tunable, **mine})
+        except ValueError as error:
+            raise CheckerError("bound_invalid", f"--bound: {error}") from error
+        widened.append(attrs.evolve(target, exploration=new, spec=None))
+    return widened
+
+
 def run_check(names: Sequence[str] = (), modules: Sequence[str] = (), *,
               snapshot_path: Path | None = None, record: bool = False,
               trace_dir: Path = Path(TRACE_DIR_DEFAULT), out: TextIO | None = None,
               err: TextIO | None = None, as_json: bool = False,
-              show_traceback: bool = False) -> int:
+              show_traceback: bool = False, bounds: Sequence[str] = ()) -> int:
     """Check the chosen lifecycles; 0 when all pass, 1 otherwise, 2 when it cannot run.
 
     Without ``snapshot_path`` the snapshot is looked for (:func:`find_snapshot`); a
@@ -399,14 +440,15 @@ def run_check(names: Sequence[str] = (), modules: Sequence[str] = (), *,
     out = out or sys.stdout
     err = err or sys.stderr
     try:
-        return _run(names, modules, snapshot_path, record, trace_dir, out, as_json)
+        return _run(names, modules, snapshot_path, record, trace_dir, out, as_json, bounds)
     except CheckerError as error:
         return report_error(error, out=out, err=err, as_json=as_json,
                             show_traceback=show_traceback)
 
 
 def _run(names: Sequence[str], modules: Sequence[str], snapshot_path: Path | None,
-         record: bool, trace_dir: Path, out: TextIO, as_json: bool) -> int:
+         record: bool, trace_dir: Path, out: TextIO, as_json: bool,
+         bounds: Sequence[str] = ()) -> int:
     started = time.perf_counter()
     search: SnapshotSearch | None = None
     if snapshot_path is None:
@@ -421,7 +463,7 @@ def _run(names: Sequence[str], modules: Sequence[str], snapshot_path: Path | Non
     elif not record and path is not None and not path.is_file():
         warnings.append(f"status snapshot {path} does not exist; removed statuses cannot be "
                         "detected — pass an existing --statuses FILE or run --record-statuses")
-    chosen = targets(names, modules)
+    chosen = rebound(targets(names, modules), bounds)
     human = io.StringIO() if as_json else out  # --json: one JSON object, nothing else
     outcomes = [check_one(t, snapshot, path, trace_dir, human) for t in chosen]
     recorded_in: Path | None = None
@@ -474,6 +516,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--trace-dir", type=Path, default=Path(TRACE_DIR_DEFAULT),
                         metavar="DIR", help="where replay tests of violations are written "
                                             f"(default {TRACE_DIR_DEFAULT})")
+    parser.add_argument("--bound", action="append", default=[], metavar="NAME=LOW..HIGH",
+                        help="explore with a bound changed, for the lifecycles whose "
+                             "exploration declares it (the monitor: max_failures=1..8); "
+                             "repeatable")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout (the outcome, or the error)")
     parser.add_argument("--traceback", action="store_true",
@@ -492,4 +538,4 @@ def _handle(args: argparse.Namespace) -> int:
             out=sys.stdout, err=sys.stderr, as_json=args.json)
     return run_check(args.names, args.module, snapshot_path=statuses,
                      record=args.record_statuses, trace_dir=args.trace_dir,
-                     as_json=args.json, show_traceback=args.traceback)
+                     as_json=args.json, show_traceback=args.traceback, bounds=args.bound)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
@@ -162,6 +162,10 @@ class Exploration(Generic[R]):
     max_states: int = 500_000
     #: Cycles without a final status that are intended (see :mod:`..liveness`).
     accepted_cycles: tuple[AcceptedCycle, ...] = ()
+    #: Bounds the command line may change (``lifecycles check --bound NAME=LOW..HIGH``):
+    #: each one's (low, high) here, and ``rebound`` builds the exploration for others.
+    tunable: Mapping[str, tuple[int, int]] = attrs.field(factory=dict)
+    rebound: Callable[[Mapping[str, tuple[int, int]]], Exploration[R]] | None = None
 
     def sources(self, move: Move[R, Any]) -> frozenset[str]:
         """Statuses ``move`` may start from: the sources of its triggers in the table."""

@@ -83,7 +83,7 @@ Completer = Callable[
 ]
 
 
-def initial_records() -> list[MonitorRecord]:
+def initial_records(limits: Sequence[int] = MAX_FAILURES) -> list[MonitorRecord]:
     """One registered notification per max_failures in the bounds."""
     return [
         new_record(
@@ -91,7 +91,7 @@ def initial_records() -> list[MonitorRecord]:
             terminal_status="published", notification_sha256="a" * 64,
             max_failures=limit, now=START,
         )
-        for limit in MAX_FAILURES
+        for limit in limits
     ]
 
 
@@ -351,9 +351,16 @@ def _complete(record: MonitorRecord, answer: ReceiverAnswer | None, inputs: Moni
     return complete_with_answer(record, answer, inputs, fire)
 
 
-def monitor_exploration(complete: Completer = _complete) -> Exploration[MonitorRecord]:
+def monitor_exploration(
+    complete: Completer = _complete,
+    max_failures: tuple[int, int] = (MAX_FAILURES[0], MAX_FAILURES[-1]),
+) -> Exploration[MonitorRecord]:
     """The monitor's exploration; ``complete`` is the answer rule under test (default:
-    :func:`complete_with_answer`; the tests swap in the reference's defect)."""
+    :func:`complete_with_answer`; the tests swap in the reference's defect);
+    ``max_failures`` the (low, high) of the notifications explored, within 1..20."""
+    low, high = max_failures
+    if not 1 <= low <= high <= 20:
+        raise ValueError(f"max_failures {low}..{high} is not within 1..20")
     completion = _completion(complete)
 
     def observe(trigger: str, kinds: Callable[[MonitorRecord], list[tuple[str, object]]],
@@ -386,7 +393,7 @@ def monitor_exploration(complete: Completer = _complete) -> Exploration[MonitorR
     )
     return Exploration(
         lifecycle=MONITOR,
-        initial=initial_records,
+        initial=lambda: initial_records(range(low, high + 1)),
         moves=tuple(moves),
         abstraction=abstraction,
         abstraction_doc=(
@@ -394,8 +401,9 @@ def monitor_exploration(complete: Completer = _complete) -> Exploration[MonitorR
             "and token by presence; poll_attempts capped at max_failures"
         ),
         bounds=(
-            "max_failures 1..3; 16 receiver responses (6 valid, 8 rejected by parse_answer, 2 that "
-            "parse but break an invariant); 5 reader errors; now at the clock and 1 s "
+            f"max_failures {low}..{high}; 16 receiver responses (6 valid, 8 rejected by "
+            "parse_answer, 2 that parse but break an invariant); 5 reader errors; now at "
+            "the clock and 1 s "
             "before/at/after the next poll and the lease expiry; holder, intruder, stale token"
         ),
         new_records=strategy_in(STRATEGIES, "new_records"),
@@ -413,6 +421,8 @@ def monitor_exploration(complete: Completer = _complete) -> Exploration[MonitorR
                 "failed reads and lost leases between two answers: each answer resets "
                 "failures, so max_failures bounds the failures in a row, not in all"),
         ),
+        tunable={"max_failures": (low, high)},
+        rebound=lambda bounds: monitor_exploration(complete, bounds["max_failures"]),
     )
 
 

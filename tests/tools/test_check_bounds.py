@@ -1,0 +1,58 @@
+"""`lifecycles check --bound NAME=LOW..HIGH`: bounds widened from the command line.
+
+An exploration declares the bounds it lets callers change (``tunable``) and how to
+build itself for others (``rebound``); the monitor's is ``max_failures``. A bound that
+does not parse, that no checked lifecycle declares, or that the exploration refuses is
+``bound_invalid`` (exit 2, nothing checked).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from lifecycles.checker import EXIT_OK, EXIT_UNAVAILABLE, run_check
+from lifecycles.machines.exploration import explore
+from lifecycles.machines.monitor_inputs import EXPLORATION
+
+
+def check(*bounds: str, names: tuple[str, ...] = ("monitor",)) -> tuple[int, dict]:
+    out, err = io.StringIO(), io.StringIO()
+    code = run_check(names, as_json=True, out=out, err=err, bounds=bounds)
+    return code, json.loads(out.getvalue())
+
+
+def test_the_monitor_declares_max_failures() -> None:
+    assert EXPLORATION.tunable == {"max_failures": (1, 3)}
+    assert EXPLORATION.rebound is not None
+    wider = EXPLORATION.rebound({"max_failures": (1, 5)})
+    assert [r.max_failures for r in wider.initial()] == [1, 2, 3, 4, 5]
+    assert wider.bounds.startswith("max_failures 1..5;")
+
+
+def test_a_wider_bound_explores_more_states_and_passes() -> None:
+    code, default = check()
+    wider_code, wider = check("max_failures=1..5")
+    assert (code, wider_code) == (EXIT_OK, EXIT_OK)
+    (ours,), (theirs,) = default["lifecycles"], wider["lifecycles"]
+    assert ours["states"] == explore(EXPLORATION).states
+    assert theirs["states"] > ours["states"] and theirs["complete"]
+
+
+@pytest.mark.parametrize("bound", [
+    "max_failures=3", "max_failures=5..2", "max_failures=0..3", "max_failures=1..21",
+    "unknown=1..2", "max-failures=1..2",
+])
+def test_a_bound_that_cannot_apply_is_refused(bound: str) -> None:
+    code, outcome = check(bound)
+    assert code == EXIT_UNAVAILABLE
+    assert outcome["error"] == "bound_invalid"
+
+
+def test_a_bound_leaves_the_lifecycles_that_do_not_declare_it_alone() -> None:
+    code, outcome = check("max_failures=1..4", names=("monitor", "outbox"))
+    assert code == EXIT_OK
+    states = {entry["name"]: entry["states"] for entry in outcome["lifecycles"]}
+    assert states["outbox"] == check(names=("outbox",))[1]["lifecycles"][0]["states"]
