@@ -201,7 +201,7 @@ def _explore(target: Target, exploration: AnyExploration) -> ExplorationResult:
     """:func:`explore`; what escapes it (initial records, choices, the abstraction)
     becomes ``check_raised`` at the user's line."""
     try:
-        return explore(exploration, keep_graph=True)
+        return explore(exploration, keep_graph=True, progress=_progress)
     except Exception as error:
         raise CheckerError(
             "check_raised",
@@ -209,6 +209,12 @@ def _explore(target: Target, exploration: AnyExploration) -> ExplorationResult:
             f"{target.lifecycle.name}, outside any step: its initial records, choices, "
             "descriptions or abstraction); fix the code there (--traceback shows the traceback)",
         ) from error
+
+
+def _progress(so_far: ExplorationResult) -> None:
+    """A line on stderr while a long search runs (stdout keeps only the figures)."""
+    print(f"  ... {so_far.lifecycle}: {so_far.states:,} states, {so_far.edges:,} edges, "
+          f"depth {so_far.depth}, {so_far.seconds:.0f} s", file=sys.stderr, flush=True)
 
 
 def _raised_in_step(target: Target, exploration: AnyExploration, violation: Violation,

@@ -363,14 +363,21 @@ def _trace(nodes: list[_Node[Any]], index: int) -> tuple[int, tuple[Step, ...]]:
     return nodes[root].initial, tuple(steps)
 
 
+PROGRESS_AFTER = 2.0
+"""Seconds into a search after which ``progress`` hears from it, about once a second."""
+
+
 def explore(
     exploration: Exploration[R], *, keep_records: bool = False, keep_graph: bool = False,
+    progress: Callable[[ExplorationResult], None] | None = None,
 ) -> ExplorationResult:
     """Breadth-first search of every abstract state within the declared bounds.
 
     With ``keep_records`` the result lists the first concrete record reached in each
     state (to compare abstractions, say); with ``keep_graph`` it keeps every edge, for
-    the liveness analysis (:mod:`lifecycles.machines.liveness`).
+    the liveness analysis (:mod:`lifecycles.machines.liveness`). ``progress`` is called
+    with the figures so far (states, edges, depth, seconds) once the search has run for
+    :data:`PROGRESS_AFTER` seconds, then about once a second.
     """
     lifecycle = exploration.lifecycle
     result = ExplorationResult(lifecycle.name)
@@ -418,7 +425,12 @@ def explore(
             result.statuses.add(str(lifecycle.status_of(record)))
 
     with lifecycle.observing(coverage), lifecycle.observing(fired):
+        report_at = started + PROGRESS_AFTER
         while queue and result.violation is None:
+            if progress is not None and time.perf_counter() >= report_at:
+                result.states, result.seconds = len(seen), time.perf_counter() - started
+                progress(result)
+                report_at = time.perf_counter() + 1.0
             index = queue.popleft()
             node = nodes[index]
             if node.depth >= exploration.max_depth:

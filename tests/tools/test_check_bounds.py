@@ -56,3 +56,25 @@ def test_a_bound_leaves_the_lifecycles_that_do_not_declare_it_alone() -> None:
     assert code == EXIT_OK
     states = {entry["name"]: entry["states"] for entry in outcome["lifecycles"]}
     assert states["outbox"] == check(names=("outbox",))[1]["lifecycles"][0]["states"]
+
+
+def test_a_long_search_reports_its_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lifecycles.machines import exploration as search
+
+    monkeypatch.setattr(search, "PROGRESS_AFTER", 0.0)  # every search is "long" here
+    heard: list[tuple[int, int]] = []
+    result = search.explore(EXPLORATION,
+                            progress=lambda so_far: heard.append((so_far.states, so_far.edges)))
+    assert heard and heard[0][0] >= 1
+    assert all(states <= result.states and edges <= result.edges for states, edges in heard)
+
+
+def test_the_check_command_prints_progress_on_stderr_only(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lifecycles.machines import exploration as search
+
+    monkeypatch.setattr(search, "PROGRESS_AFTER", 0.0)
+    assert run_check(("outbox",)) == EXIT_OK
+    captured = capsys.readouterr()
+    assert "... outbox:" in captured.err and "... outbox:" not in captured.out
