@@ -26,9 +26,12 @@ DEFECT_MODULE = ROOT / "examples" / "monitor_defect.py"
 
 # Bounded and derandomized: these tests assert that a bug is found, every time.
 # Ten steps reach every row, the repeated registration in each status included (create,
-# claim, one more find every bug below); no explain phase.
+# claim, one more find every bug below); no explain phase. 300 examples: the misordered
+# batch was found within 100 when run alone, but not after an exploration of the review
+# lifecycle had run in the same process (seen in the full suite), so derandomized runs
+# still depend on what ran before; the budget stops at the first finding.
 FINDING = settings(
-    max_examples=100, stateful_step_count=10, deadline=None, derandomize=True, database=None,
+    max_examples=300, stateful_step_count=10, deadline=None, derandomize=True, database=None,
     suppress_health_check=[HealthCheck.too_slow], print_blob=False,
     phases=[Phase.generate, Phase.shrink],
 )
