@@ -106,7 +106,13 @@ def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
     order = ", ".join(map(quote, lease.order_by))
     # The protocol's "due" first; a guard saying the same (poll_is_due) is not repeated.
     due = renderer.render(Attr(lease.due_field) <= Input("now"))
-    picked = " AND ".join(dict.fromkeys([d.claimable_clause(lifecycle), due, *guards]))
+    due_first = [d.claimable_clause(lifecycle), due]
+    granted = " AND ".join(dict.fromkeys(guard for guard in guards if guard not in due_first))
+    # The first due record the guards grant, or a broken one before it: the protocol
+    # passes over a record its guards refuse, but refuses a broken one (here the rule
+    # check below fails the statement, and the protocol reads it and says so).
+    broken = f"(CASE WHEN {every_rule} THEN 0 ELSE 1 END) = 1"
+    picked = " AND ".join([*due_first, f"(({granted or '1 = 1'}) OR {broken})"])
     meta, _ = d.meta_guard(store.schema)
     schema_as_verified = d.catalogue_guard(store.schema) + (f" AND {meta}" if meta else "")
     refused = f"CAST({d.literal(RULE_BROKEN)} || {key} AS integer)"

@@ -142,15 +142,21 @@ def test_with_an_expired_lease_the_statement_leases_nothing(pg_connect: Connect)
     assert rows_of(connection) == before
 
 
-def test_a_record_broken_behind_the_stores_back_is_refused_as_on_sqlite(
-    pg_connect: Connect, tmp_path: Path
-) -> None:
+@pytest.mark.parametrize("broken", [
     # An error code on a pending record breaks error_code_iff_waiting_or_failed; the
     # claim would overwrite it, so only the check of the record as it was refuses it.
+    "last_error_code = 'x.y'",
+    # Failures beyond max_failures: the claim's guard refuses the record, but a broken
+    # record is refused, not passed over for the next one.
+    "failures = 9",
+])
+def test_a_record_broken_behind_the_stores_back_is_refused_as_on_sqlite(
+    pg_connect: Connect, tmp_path: Path, broken: str
+) -> None:
     codes = []
     for connection in (pg_connect(), sqlite3.connect(tmp_path / "monitor.db")):
-        monitor = opened(connection, items=1)
-        connection.execute(f"UPDATE {TABLE} SET last_error_code = 'x.y'")
+        monitor = opened(connection, items=2)
+        connection.execute(f"UPDATE {TABLE} SET {broken} WHERE event_id = 'e0'")
         connection.commit()
         before = rows_of(connection)
         with pytest.raises(StateInvalid) as refused:
