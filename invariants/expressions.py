@@ -198,12 +198,15 @@ class Input(_Named):
 
 
 @attrs.frozen(eq=False)
-class Arith(Expr):
-    """``left op right`` for ``op`` ``+`` or ``-``, on numbers."""
-
+class _Binary(Expr):
     op: str
     left: Expr
     right: Expr
+
+
+@attrs.frozen(eq=False)
+class Arith(_Binary):
+    """``left op right`` for ``op`` ``+`` or ``-``, on numbers."""
 
 
 @attrs.frozen(eq=False)
@@ -214,12 +217,8 @@ class Const(Expr):
 
 
 @attrs.frozen(eq=False)
-class Compare(Expr):
+class Compare(_Binary):
     """``left op right``; ``==`` and ``!=`` treat ``None`` as Python does (null-safe)."""
-
-    op: str
-    left: Expr
-    right: Expr
 
 
 @attrs.frozen(eq=False)

@@ -422,10 +422,12 @@ def rebound(chosen: list[Target], bounds: Sequence[str]) -> list[Target]:
     for target in chosen:
         exploration = target.exploration
         mine = {k: v for k, v in wanted.items() if exploration and k in exploration.tunable}
-        if exploration is None or not mine or exploration.rebound is None:
+        if exploration is None or not mine:
             widened.append(target)
             continue
         try:
+            if exploration.rebound is None:
+                raise ValueError(f"{target.lifecycle.name} declares bounds but no rebound")
             new = exploration.rebound({**exploration.tunable, **mine})
         except ValueError as error:
             raise CheckerError("bound_invalid", f"--bound: {error}") from error

@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from lifecycles.invariants.expressions import Attr, Input
-from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.symbolic import NoSymbolicForm, symbolic_row
+from lifecycles.stores.sql_lease import due_clause, expired_clause
 from lifecycles.stores.sql_rules import NoSQLForm, bind_inputs, input_marker, rules_in_sql
 
 if TYPE_CHECKING:
@@ -100,19 +99,15 @@ def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
 
     quote = d.quote
     table, key = quote(store.schema.table), quote(lifecycle.key_field)
-    status, now = quote(lifecycle.status_field), input_marker("now")
+    now = input_marker("now")
     columns = ", ".join(map(quote, store.schema.column_names))
-    leased = d.literal(lease_protocol.leased_status(lifecycle))
     order = ", ".join(map(quote, lease.order_by))
-    # The protocol's "due" first; a guard saying the same (poll_is_due) is not repeated.
-    due = renderer.render(Attr(lease.due_field) <= Input("now"))
-    due_first = [d.claimable_clause(lifecycle), due]
-    granted = " AND ".join(dict.fromkeys(guard for guard in guards if guard not in due_first))
     # The first due record the guards grant, or a broken one before it: the protocol
     # passes over a record its guards refuse, but refuses a broken one (here the rule
     # check below fails the statement, and the protocol reads it and says so).
+    granted = " AND ".join(guards) or "1 = 1"
     broken = f"(CASE WHEN {every_rule} THEN 0 ELSE 1 END) = 1"
-    picked = " AND ".join([*due_first, f"(({granted or '1 = 1'}) OR {broken})"])
+    picked = f"{due_clause(d, lifecycle, now)} AND (({granted}) OR {broken})"
     meta, _ = d.meta_guard(store.schema)
     schema_as_verified = d.catalogue_guard(store.schema) + (f" AND {meta}" if meta else "")
     refused = f"CAST({d.literal(RULE_BROKEN)} || {key} AS integer)"
@@ -130,7 +125,7 @@ def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
         f" was AS (SELECT {columns} FROM {table} WHERE {key} = (SELECT {key} FROM pick)),"
         f" claimed AS (UPDATE {table} SET {sets} WHERE {key} = (SELECT {key} FROM pick)"
         f" AND NOT EXISTS (SELECT 1 FROM {table} AS expired"
-        f" WHERE expired.{status} = {leased} AND expired.{quote(lease.expires_field)} <= {now})"
+        f" WHERE {expired_clause(d, lifecycle, now, 'expired')})"
         f" AND {schema_as_verified} RETURNING {columns})"
         f" SELECT before.*, written.* FROM {holds('was')} AS before, {holds('claimed')} AS written"
     )

@@ -19,12 +19,12 @@ from lifecycles.invariants.core import (
     InvariantViolation,
     field_rules,
 )
-from lifecycles.machines import lease as lease_protocol
 
 if TYPE_CHECKING:
     from lifecycles.machines.core import Lifecycle
     from lifecycles.stores.sql import Dialect, SQLSchema, SQLStore
 
+from lifecycles.stores.sql_lease import due_clause, expired_clause
 from lifecycles.stores.sql_rules import BROKEN_ROWS_SHOWN, NoSQLForm, RuleSQL, rules_in_sql
 
 __all__ = ["Health", "HealthQueries"]
@@ -166,13 +166,8 @@ class HealthQueries:
         lease = lifecycle.lease
         self.leased = lease is not None
         if lease is not None:
-            sums.append(count_when(
-                f"{d.claimable_clause(lifecycle)} AND {quote(lease.due_field)} <= {_NOW}"
-            ))
-            sums.append(count_when(
-                f"{status} = {d.literal(lease_protocol.leased_status(lifecycle))}"
-                f" AND {quote(lease.expires_field)} <= {_NOW}"
-            ))
+            sums.append(count_when(due_clause(d, lifecycle, _NOW)))
+            sums.append(count_when(expired_clause(d, lifecycle, _NOW)))
         self.aggregate = f"SELECT count(*), {', '.join(sums)} FROM {table}"
 
         # 2. Only when some row is broken: the rows breaking each rule. A field rule's

@@ -13,13 +13,14 @@ row locks: it keeps the one walk, ``FOR UPDATE SKIP LOCKED``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from lifecycles.machines import lease as lease_protocol
 
 if TYPE_CHECKING:
+    from lifecycles.machines.core import Lifecycle
     from lifecycles.stores.sql import Dialect
     from lifecycles.stores.sql_schema import SQLSchema
 
@@ -29,6 +30,22 @@ SORTED_AT_MOST = 256
 
 Query = tuple[str, str]
 """(where, order): a key exclusion goes between them; the order ends with a LIMIT marker."""
+
+
+def due_clause(d: Dialect, lifecycle: Lifecycle[Any, Any], now: str) -> str:
+    """The protocol's ``is_due`` in SQL: claimable, its due time ``<= now`` (a marker)."""
+    lease = lease_protocol.declared_lease(lifecycle)
+    return f"{d.claimable_clause(lifecycle)} AND {d.quote(lease.due_field)} <= {now}"
+
+
+def expired_clause(d: Dialect, lifecycle: Lifecycle[Any, Any], now: str, alias: str = "") -> str:
+    """The protocol's ``is_expired`` in SQL: leased, its expiry ``<= now``; columns of
+    table ``alias`` when one is given."""
+    lease = lease_protocol.declared_lease(lifecycle)
+    of = f"{alias}." if alias else ""
+    return (f"{of}{d.quote(lifecycle.status_field)} = "
+            f"{d.literal(lease_protocol.leased_status(lifecycle))}"
+            f" AND {of}{d.quote(lease.expires_field)} <= {now}")
 
 
 @attrs.frozen
@@ -50,13 +67,9 @@ class LeaseStatements:
         lifecycle = schema.lifecycle
         lease = lease_protocol.declared_lease(lifecycle)
         quote, p, table = d.quote, d.param, d.quote(schema.table)
-        status = quote(lifecycle.status_field)
         claimable, due_by = d.claimable_clause(lifecycle), f"{quote(lease.due_field)} <= {p}"
-        due = f"{claimable} AND {due_by}"
-        expired = (
-            f"{status} = {d.literal(lease_protocol.leased_status(lifecycle))}"
-            f" AND {quote(lease.expires_field)} <= {p}"
-        )
+        due = due_clause(d, lifecycle, p)
+        expired = expired_clause(d, lifecycle, p)
         order = ", ".join(map(quote, lease.order_by))
         # The claim walks the partial claim-order index (its WHERE is `claimable`, as text).
         walk = (

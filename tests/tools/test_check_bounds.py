@@ -78,3 +78,16 @@ def test_the_check_command_prints_progress_on_stderr_only(
     assert run_check(("outbox",)) == EXIT_OK
     captured = capsys.readouterr()
     assert "... outbox:" in captured.err and "... outbox:" not in captured.out
+
+
+def test_a_declared_bound_without_a_rebound_is_refused() -> None:
+    import attrs
+
+    from lifecycles.checker import Target, rebound
+    from lifecycles.loading import CheckerError
+    from lifecycles.machines.monitor import MONITOR
+
+    stuck = attrs.evolve(EXPLORATION, rebound=None)
+    with pytest.raises(CheckerError) as refused:
+        rebound([Target(MONITOR, stuck, None)], ["max_failures=1..4"])
+    assert refused.value.error == "bound_invalid"
