@@ -243,22 +243,9 @@ def claim(
             settled = claim_at_a_glance(store, lifecycle, inputs)
         if settled is not UNSETTLED:
             return settled  # type: ignore[return-value]  # a record or None, never UNSETTLED
-    with store.transaction():
-        recover_expired(store, lifecycle, inputs)
-        passed_over: frozenset[str] = frozenset()
-        while True:
-            found = store.due(inputs.now, 1, passed_over)
-            decision = decide_claim(lifecycle, found[0] if found else None, inputs)
-            if decision is None:
-                return None
-            if isinstance(decision, PassOver):
-                passed_over |= {decision.key}
-                continue
-            store.put(decision.before, decision.after, decision.row)
-            if on_lease is not None:
-                on_lease(decision.after)
-            after: R = decision.after
-            return after
+    # The one-transaction protocol is a batch of one.
+    granted = claim_many(store, lifecycle, lambda _: inputs, 1, on_lease)
+    return granted[0] if granted else None
 
 
 def claim_many(
