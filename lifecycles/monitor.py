@@ -53,7 +53,7 @@ from lifecycles.invariants.monitor import (
 from lifecycles.invariants.monitor import (
     TERMINAL_STATUSES as _TERMINAL_STATUSES,
 )
-from lifecycles.machines.core import TransitionRefused
+from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.monitor import (
     CODE,
     MONITOR,
@@ -410,7 +410,8 @@ class DurableTerminalProcessingMonitor:
             return poll_step(lease, error)
 
     def _finish(self, claimed: MonitorRecord, step: PollStep) -> MonitorRecord:
-        """Fire the poll's step (:func:`poll_step`, the machine's rule) through the store.
+        """Fire the poll's step (:func:`poll_step`, the machine's rule) through the store,
+        by the lease protocol's :func:`~lifecycles.machines.lease.complete`.
 
         First on the record as claimed: outside any transaction the store writes it with
         one statement that matches the whole record as claimed and the schema as
@@ -423,17 +424,10 @@ class DurableTerminalProcessingMonitor:
         compare-and-set write.
         """
         with public_errors(self.store):
-            try:
-                return step.fire(claimed, self._fire_as_claimed)
-            except (StaleRecord, TransitionRefused):
-                pass  # changed since the claim (or refused on it): decide on a fresh read
-            with self.store.transaction():
-                return step.fire(self._leased_record(claimed.event_id), self._fire_stored)
-
-    def _fire_as_claimed(
-        self, trigger: str, record: MonitorRecord, inputs: MonitorInputs
-    ) -> MonitorRecord:
-        return self.store.fire(record, trigger, inputs)
+            return lease_protocol.complete(
+                self.store, MONITOR, claimed, step.fire,
+                fire_again=self._fire_stored, read_again=self._leased_record,
+            )
 
     def _fire_stored(
         self, trigger: str, record: MonitorRecord, inputs: MonitorInputs

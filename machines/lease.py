@@ -32,6 +32,11 @@ next step):
   the key, the status and the lease token the writer read. Once a record is rescued
   and claimed again it carries another token, so the first worker's late write
   matches nothing and is refused (``StaleRecord``), changing nothing.
+* **A completion is judged by the table on the record as stored.** The worker's
+  finishing step (:func:`complete`) is written compare-and-set over the record as
+  claimed; when that record changed meanwhile, the step is fired again on the record
+  as it is now, in one transaction, and the table's guards (the lease holder's token,
+  the lease still live) are what refuse a worker whose lease was rescued.
 * **A refused candidate never blocks the queue.** Passed-over keys are excluded
   from the next query, so each step either grants a lease, passes over one more
   key, or finds nothing due: a claim ends after at most one query per due record.
@@ -83,6 +88,16 @@ class LeaseQueries(Protocol[R]):
     def check_schema(self) -> None: ...
 
 
+class CompletingStore(Protocol[R]):
+    """What :func:`complete` asks of a store: a read and a compare-and-set firing."""
+
+    def transaction(self) -> AbstractContextManager[None]: ...
+
+    def get(self, key: str) -> R | None: ...
+
+    def fire(self, record: R, trigger: str, inputs: Any) -> R: ...
+
+
 @attrs.frozen
 class Glance(Generic[R]):
     """One read outside any transaction: whether a lease has expired, and the first due
@@ -117,16 +132,19 @@ def leased_status(lifecycle: Lifecycle[Any, Any]) -> str:
 def is_due(lifecycle: Lifecycle[R, Any], record: R, now: float) -> bool:
     """A claimable record whose due time has come."""
     lease = declared_lease(lifecycle)
-    return lifecycle.status_of(record) in lifecycle.claimable and bool(
-        getattr(record, lease.due_field) <= now
+    due = getattr(record, lease.due_field)
+    # No time is never due (nor expired), as a NULL compares in the SQL stores.
+    return lifecycle.status_of(record) in lifecycle.claimable and due is not None and bool(
+        due <= now
     )
 
 
 def is_expired(lifecycle: Lifecycle[R, Any], record: R, now: float) -> bool:
     """A leased record whose lease has run out (expiry ``<= now``)."""
     lease = declared_lease(lifecycle)
-    return lifecycle.status_of(record) == lifecycle.leased and bool(
-        getattr(record, lease.expires_field) <= now
+    expiry = getattr(record, lease.expires_field)
+    return lifecycle.status_of(record) == lifecycle.leased and expiry is not None and bool(
+        expiry <= now
     )
 
 
@@ -319,3 +337,45 @@ def claim_at_a_glance(store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inpu
     except LostRace:
         return UNSETTLED  # another writer moved first: the full protocol decides
     return decision.after
+
+
+# --- completing a lease --------------------------------------------------------------
+
+StepOn = Callable[[R, Callable[[str, R, Any], R]], R]
+"""``step(record, fire)``: a worker's finishing step, firing its trigger(s) on ``record``
+through ``fire(trigger, record, inputs)``."""
+
+
+def complete(
+    store: CompletingStore[R], lifecycle: Lifecycle[R, Any], held: R, step: StepOn[R],
+    *, fire_again: Callable[[str, R, Any], R] | None = None,
+    read_again: Callable[[str], R] | None = None,
+) -> R:
+    """Finish the work of a leased record: ``step`` fired on ``held`` (the record as claimed).
+
+    First without a transaction, compare-and-set on the whole record as claimed: it
+    succeeds only if nothing changed since the claim. When the record changed, or the
+    table refuses the step on it, the step is fired again in one transaction on the
+    record as stored now (``read_again``, default ``store.get``; ``fire_again``, default
+    ``store.fire``), so the table's guards decide: a worker whose lease was rescued and
+    granted to another must be refused there (``lifecycles check`` explores exactly
+    this with interleaved workers, :mod:`lifecycles.machines.interleaving`). Refusals
+    propagate; nothing is written by a refused step.
+    """
+    def fire(trigger: str, record: R, inputs: Any) -> R:
+        return store.fire(record, trigger, inputs)
+
+    try:
+        return step(held, fire)
+    except (LostRace, TransitionRefused):
+        pass  # changed since the claim, or refused on it: decide on the record as stored
+    key = lifecycle.key_of(held)
+    with store.transaction():
+        if read_again is not None:
+            current = read_again(key)
+        else:
+            found = store.get(key)
+            if found is None:
+                raise LostRace(f"{key} is no longer stored")
+            current = found
+        return step(current, fire_again or fire)

@@ -9,7 +9,7 @@ the SQL stores' generated queries are tied to the protocol through it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -27,9 +27,11 @@ class MemoryStore(Store[R]):
     lifecycle without a lease they raise ``NotLeasable``.
     """
 
-    def __init__(self, lifecycle: Lifecycle[R, Any]) -> None:
+    def __init__(self, lifecycle: Lifecycle[R, Any], records: Iterable[R] = ()) -> None:
+        """``records``: what the store holds to begin with (the interleaving search
+        starts each step from a world's records); each is checked when it is read."""
         self.lifecycle = lifecycle
-        self._records: dict[str, R] = {}
+        self._records: dict[str, R] = {lifecycle.key_of(record): record for record in records}
         self._lock = threading.RLock()
         self._depth = 0
 
@@ -100,6 +102,10 @@ class MemoryStore(Store[R]):
 
     def count_expired(self, now: float) -> int:
         return len(self.expired_leases(now))
+
+    def held(self) -> tuple[R, ...]:
+        """Every record held, in key order, as stored (unchecked: a world's snapshot)."""
+        return tuple(self._records[key] for key in sorted(self._records))
 
     def scan(self) -> Iterator[R]:
         for key in sorted(self._records):
