@@ -7,7 +7,10 @@ For each lifecycle (every registered one, those named, or those a ``--module`` d
    records may hold) must still be declared, else ``status_removed`` fails the check;
 3. a breadth-first search over the pure machine with the exploration inputs declared
    beside the table (:mod:`lifecycles.machines.exploration`); every invariant is checked
-   in every reached state, and every table row and every status must be reached.
+   in every reached state, and every table row and every status must be reached;
+4. for a leased lifecycle that declares workers, their interleavings on the lease
+   protocol (:mod:`lifecycles.machines.interleaving`): the invariants and the
+   protocol's own properties (``--workers N --records M`` change how many).
 
 It prints the figures (states, edges, depth, time, states/s, fires per row). A violation
 prints the shortest trace and writes it as a pytest file that replays it from any
@@ -25,7 +28,8 @@ exit codes:
   0  every check passed
   1  a check failed: an invariant violation (trace and replay file printed), a
      definition check, a recorded status the table no longer declares, a row never
-     fired, a status never reached, no exploration inputs
+     fired, a status never reached, no exploration inputs, a finding of the
+     interleaved workers (trace and replay file printed)
   2  the check could not run; one line on stderr says where and what to do (with
      --json also {"error": CODE, "message": ...} on stdout; --traceback adds the
      Python traceback on stderr):
@@ -41,7 +45,9 @@ exit codes:
        snapshot_invalid      the status snapshot is not JSON of the expected shape
        snapshot_missing      --statuses FILE does not exist (without --record-statuses)
        bound_invalid         a --bound that does not parse, that no lifecycle checked
-                             declares, or that its exploration refuses
+                             declares, or that its exploration refuses; --workers or
+                             --records out of range, or with no lifecycle declaring
+                             workers
 
 With --json, stdout is one JSON object: the error above, or the outcome
 {"ok": ..., "lifecycles": [...], "snapshot": ..., "warnings": [...], "seconds": ...}.
@@ -62,6 +68,8 @@ from typing import Any, TextIO
 
 import attrs
 
+from lifecycles.checker_workers import bounds_arguments, check_workers, sized
+from lifecycles.checker_workers import figures as interleaving_figures
 from lifecycles.loading import (
     CheckerError,
     at,
@@ -83,6 +91,7 @@ from lifecycles.machines.exploration import (
     explore,
     replay,
 )
+from lifecycles.machines.interleaving import InterleavingResult
 from lifecycles.machines.liveness import liveness
 from lifecycles.registry import registered
 from lifecycles.replay import TRACE_DIR_DEFAULT, import_root, write_replay
@@ -185,6 +194,7 @@ class Outcome:
     failures: list[str] = attrs.field(factory=list)
     result: ExplorationResult | None = None
     replay_path: Path | None = None
+    interleaving: InterleavingResult | None = None
 
     @property
     def ok(self) -> bool:
@@ -330,6 +340,7 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
         outcome.failures.append("statuses never reached")
         say(f"  FAIL statuses never reached: {missing_statuses}")
     _check_liveness(result, exploration, say, outcome)
+    outcome.interleaving = check_workers(target, exploration, trace_dir, say, outcome)
     say("  OK" if outcome.ok else f"  FAILED: {'; '.join(outcome.failures)}")
     return outcome
 
@@ -392,6 +403,7 @@ def _outcome_json(target: Target, outcome: Outcome) -> dict[str, Any]:
     }
     return {"name": outcome.name, "table_version": target.lifecycle.table_version,
             "ok": outcome.ok, "failures": outcome.failures, **figures,
+            **interleaving_figures(outcome.interleaving),
             "replay": None if outcome.replay_path is None else str(outcome.replay_path)}
 
 
@@ -439,7 +451,8 @@ def run_check(names: Sequence[str] = (), modules: Sequence[str] = (), *,
               snapshot_path: Path | None = None, record: bool = False,
               trace_dir: Path = Path(TRACE_DIR_DEFAULT), out: TextIO | None = None,
               err: TextIO | None = None, as_json: bool = False,
-              show_traceback: bool = False, bounds: Sequence[str] = ()) -> int:
+              show_traceback: bool = False, bounds: Sequence[str] = (),
+              workers: int | None = None, records: int | None = None) -> int:
     """Check the chosen lifecycles; 0 when all pass, 1 otherwise, 2 when it cannot run.
 
     Without ``snapshot_path`` the snapshot is looked for (:func:`find_snapshot`); a
@@ -448,7 +461,8 @@ def run_check(names: Sequence[str] = (), modules: Sequence[str] = (), *,
     out = out or sys.stdout
     err = err or sys.stderr
     try:
-        return _run(names, modules, snapshot_path, record, trace_dir, out, as_json, bounds)
+        return _run(names, modules, snapshot_path, record, trace_dir, out, as_json, bounds,
+                    workers, records)
     except CheckerError as error:
         return report_error(error, out=out, err=err, as_json=as_json,
                             show_traceback=show_traceback)
@@ -456,7 +470,8 @@ def run_check(names: Sequence[str] = (), modules: Sequence[str] = (), *,
 
 def _run(names: Sequence[str], modules: Sequence[str], snapshot_path: Path | None,
          record: bool, trace_dir: Path, out: TextIO, as_json: bool,
-         bounds: Sequence[str] = ()) -> int:
+         bounds: Sequence[str] = (), workers: int | None = None,
+         records: int | None = None) -> int:
     started = time.perf_counter()
     search: SnapshotSearch | None = None
     if snapshot_path is None:
@@ -471,7 +486,7 @@ def _run(names: Sequence[str], modules: Sequence[str], snapshot_path: Path | Non
     elif not record and path is not None and not path.is_file():
         warnings.append(f"status snapshot {path} does not exist; removed statuses cannot be "
                         "detected — pass an existing --statuses FILE or run --record-statuses")
-    chosen = rebound(targets(names, modules), bounds)
+    chosen = sized(rebound(targets(names, modules), bounds), workers, records)
     human = io.StringIO() if as_json else out  # --json: one JSON object, nothing else
     outcomes = [check_one(t, snapshot, path, trace_dir, human) for t in chosen]
     recorded_in: Path | None = None
@@ -528,6 +543,7 @@ def register(subparsers: Any) -> None:
                         help="explore with a bound changed, for the lifecycles whose "
                              "exploration declares it (the monitor: max_failures=1..8); "
                              "repeatable")
+    bounds_arguments(parser)
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout (the outcome, or the error)")
     parser.add_argument("--traceback", action="store_true",
@@ -546,4 +562,5 @@ def _handle(args: argparse.Namespace) -> int:
             out=sys.stdout, err=sys.stderr, as_json=args.json)
     return run_check(args.names, args.module, snapshot_path=statuses,
                      record=args.record_statuses, trace_dir=args.trace_dir,
-                     as_json=args.json, show_traceback=args.traceback, bounds=args.bound)
+                     as_json=args.json, show_traceback=args.traceback, bounds=args.bound,
+                     workers=args.workers, records=args.records)

@@ -16,7 +16,7 @@ AnyLifecycle = Lifecycle[Any, Any]
 TRACE_DIR_DEFAULT = "lifecycles-traces"
 
 
-def _identifier(text: str) -> str:
+def identifier(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text).strip("_") or "lifecycle"
 
 
@@ -49,7 +49,7 @@ def write_replay(directory: Path, spec: str, lifecycle: AnyLifecycle, violation:
     where its dotted module was imported from.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    name = _identifier(lifecycle.name)
+    name = identifier(lifecycle.name)
     path = directory / f"test_replay_{name}.py"
     steps = "".join(
         f"    ({step.move!r}, {step.choice}, {step.description!r}),\n" for step in violation.trace

@@ -42,6 +42,8 @@ from lifecycles.machines.graph import trace_back
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
 
+    from lifecycles.machines.interleaving import Workers
+
 R = TypeVar("R")
 C = TypeVar("C")
 
@@ -166,6 +168,9 @@ class Exploration(Generic[R]):
     #: each one's (low, high) here, and ``rebound`` builds the exploration for others.
     tunable: Mapping[str, tuple[int, int]] = attrs.field(factory=dict)
     rebound: Callable[[Mapping[str, tuple[int, int]]], Exploration[R]] | None = None
+    #: For a leased lifecycle: its workers, explored interleaved on the lease protocol
+    #: (:mod:`lifecycles.machines.interleaving`).
+    workers: Workers[R] | None = None
 
     def sources(self, move: Move[R, Any]) -> frozenset[str]:
         """Statuses ``move`` may start from: the sources of its triggers in the table."""

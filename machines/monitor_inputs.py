@@ -20,6 +20,12 @@ Bounds (what ``lifecycles check monitor`` explores, completely):
 * ``reader_error``: a read that raised, retryable or not, with a valid code, an
   invalid code, or none (see :func:`reader_error_code`).
 
+Interleaved workers (:func:`monitor_workers`): 2 workers (up to 3) on 1 notification
+(up to 2), registered at t=1000 with ``max_failures`` 2, through ``claim`` and the
+facade's own completion (:func:`~lifecycles.machines.lease.complete` of
+:func:`poll_step`); each read ends pending, succeeded, failed, with a response
+``parse_answer`` rejects, or raising a retryable reader error.
+
 Abstraction (two records are one state when these agree): every field as it is,
 except that the monitor's own times (next poll, lease expiry, creation) are replaced
 by their relation (before / at / after / none) to the record's clock, ``updated_at``,
@@ -53,6 +59,8 @@ from lifecycles.machines.exploration import (
     time_relation,
     trigger_move,
 )
+from lifecycles.machines.interleaving import Work, Workers
+from lifecycles.machines.lease import StepOn
 from lifecycles.machines.monitor import (
     MONITOR,
     STATUS_SCHEMA,
@@ -64,6 +72,8 @@ from lifecycles.machines.monitor import (
     complete_with_answer,
     new_record,
     parse_answer,
+    poll_step,
+    read_answer,
     reader_error_code,
 )
 
@@ -351,6 +361,52 @@ def _complete(record: MonitorRecord, answer: ReceiverAnswer | None, inputs: Moni
     return complete_with_answer(record, answer, inputs, fire)
 
 
+# --- interleaved workers ------------------------------------------------------------------
+
+
+def _worker_inputs(now: float, worker: str, token: str) -> MonitorInputs:
+    return MonitorInputs(now=now, policy=POLICY, worker_id=worker, lease_token=token,
+                         lease_seconds=LEASE_SECONDS)
+
+
+def _read(response: object, held: MonitorRecord, inputs: MonitorInputs) -> StepOn[MonitorRecord]:
+    """The facade's poll: the reader's response about ``held`` read as it reads it."""
+    return lambda record, fire: poll_step(
+        inputs, read_answer(response, held, CAPABILITIES_SHA256)).fire(record, fire)
+
+
+def worker_calls(held: MonitorRecord, inputs: MonitorInputs) -> list[Work[MonitorRecord]]:
+    """How a worker's read of ``held`` can end, each finished as ``run_once`` does."""
+    raised = ReaderError("cms.timeout", True, True)
+    return [
+        Work("pending", _read(receiver_answer(held), held, inputs)),
+        Work("succeeded", _read(receiver_answer(held, processing_status="succeeded",
+                                                attempts=1, processed_at=START + 5.0),
+                                held, inputs)),
+        Work("failed", _read(receiver_answer(held, processing_status="failed", attempts=5,
+                                             last_error_code="cms.publication_failed"),
+                             held, inputs)),
+        Work("rejected response", _read(["pending"], held, inputs)),
+        Work("reader raised", lambda record, fire: poll_step(inputs, raised).fire(record, fire)),
+    ]
+
+
+def monitor_workers(max_failures: int = 2) -> Workers[MonitorRecord]:
+    """The monitor's interleaved workers (see the module docstring)."""
+    def records(count: int) -> list[MonitorRecord]:
+        return [
+            new_record(event_id=f"evt-{n}", notification_id=f"ntf-{n}", site_id="site-1",
+                       terminal_status="published", notification_sha256="a" * 64,
+                       max_failures=max_failures, now=START)
+            for n in range(1, count + 1)
+        ]
+
+    return Workers(
+        records=records, inputs=_worker_inputs, work=worker_calls,
+        calls="pending, succeeded, failed, a rejected response or a reader error",
+    )
+
+
 def monitor_exploration(
     complete: Completer = _complete,
     max_failures: tuple[int, int] = (MAX_FAILURES[0], MAX_FAILURES[-1]),
@@ -422,6 +478,7 @@ def monitor_exploration(
                 "failures, so max_failures bounds the failures in a row, not in all"),
         ),
         tunable={"max_failures": (low, high)},
+        workers=monitor_workers(),
         rebound=lambda bounds: monitor_exploration(complete, bounds["max_failures"]),
     )
 

@@ -1,9 +1,11 @@
-"""`lifecycles check --bound NAME=LOW..HIGH`: bounds widened from the command line.
+"""`lifecycles check --bound NAME=LOW..HIGH` and `--workers N --records M`: bounds
+widened from the command line.
 
 An exploration declares the bounds it lets callers change (``tunable``) and how to
 build itself for others (``rebound``); the monitor's is ``max_failures``. A bound that
 does not parse, that no checked lifecycle declares, or that the exploration refuses is
-``bound_invalid`` (exit 2, nothing checked).
+``bound_invalid`` (exit 2, nothing checked); so are workers or records outside what
+the exploration's ``Workers`` declares, or asked of lifecycles that declare none.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from lifecycles.machines.exploration import explore
 from lifecycles.machines.monitor_inputs import EXPLORATION
 
 
-def check(*bounds: str, names: tuple[str, ...] = ("monitor",)) -> tuple[int, dict]:
+def check(*bounds: str, names: tuple[str, ...] = ("monitor",), workers: int | None = None,
+          records: int | None = None) -> tuple[int, dict]:
     out, err = io.StringIO(), io.StringIO()
-    code = run_check(names, as_json=True, out=out, err=err, bounds=bounds)
+    code = run_check(names, as_json=True, out=out, err=err, bounds=bounds, workers=workers,
+                     records=records)
     return code, json.loads(out.getvalue())
 
 
@@ -91,3 +95,34 @@ def test_a_declared_bound_without_a_rebound_is_refused() -> None:
     with pytest.raises(CheckerError) as refused:
         rebound([Target(MONITOR, stuck, None)], ["max_failures=1..4"])
     assert refused.value.error == "bound_invalid"
+
+
+def test_the_monitor_interleaves_two_workers_on_one_record_by_default() -> None:
+    code, outcome = check()
+    assert code == EXIT_OK
+    (monitor,) = outcome["lifecycles"]
+    interleaving = monitor["interleaving"]
+    assert (interleaving["workers"], interleaving["records"]) == (2, 1)
+    assert interleaving["complete"] and interleaving["finding"] is None
+
+
+def test_more_workers_and_records_explore_more_worlds() -> None:
+    _, default = check()
+    code, wider = check(workers=3, records=2)
+    assert code == EXIT_OK
+    ours, theirs = default["lifecycles"][0]["interleaving"], wider["lifecycles"][0]["interleaving"]
+    assert (theirs["workers"], theirs["records"]) == (3, 2)
+    assert theirs["states"] > ours["states"] and theirs["complete"]
+
+
+@pytest.mark.parametrize(("workers", "records", "names"), [
+    (0, None, ("monitor",)), (4, None, ("monitor",)), (None, 3, ("monitor",)),
+    (2, None, ("outbox",)),
+])
+def test_workers_or_records_that_cannot_apply_are_refused(
+    workers: int | None, records: int | None, names: tuple[str, ...]
+) -> None:
+    code, outcome = check(names=names, workers=workers, records=records)
+    assert code == EXIT_UNAVAILABLE
+    assert outcome["error"] == "bound_invalid"
+    assert "--workers/--records" in outcome["message"]

@@ -1,0 +1,525 @@
+"""Interleaved workers: the lease protocol explored with N workers on M records.
+
+The single-record search (:mod:`lifecycles.machines.exploration`) checks what one
+record can become. The bugs of leased work are between workers: a worker whose lease
+was rescued completes anyway, the same work runs twice, an orphaned lease is never
+recovered. This module explores them, as model checkers such as TLC and stateright do,
+on the production code: each step runs the real protocol
+(:mod:`lifecycles.machines.lease`) on the in-memory store, whose compare-and-set the
+conformance suite ties to the SQL stores'.
+
+A *world* is the store's records, the clock and each worker's hand. Its steps:
+
+* **claim** (worker *w*, idle): :func:`~lifecycles.machines.lease.claim` in one
+  transaction: every expired lease rescued, then the first due record leased under a
+  fresh token;
+* **complete** (worker *w*, holding a lease): its reader or deliver call ended one of
+  the declared ways (:class:`Work`), and :func:`~lifecycles.machines.lease.complete`
+  writes the finishing step: compare-and-set on the record as claimed, else on the
+  record as stored now, where the table's guards decide;
+* **stop** (worker *w*, holding a lease): the worker dies; its lease is left to expire;
+* **tick**: the clock moves to the next moment a record becomes due or a lease expires
+  (between two such moments no guard of the protocol changes its answer).
+
+Checked in every world and on every step: the state and step invariants (by the
+engine, on every write), and the protocol's own properties: **at most one live lease
+per record** (held by a worker, carrying the record's token, not expired); **no
+completion from a superseded lease is accepted** (a write by a worker must replace the
+record as it leased it: leased status, its own token); **no registered record is lost**;
+and, once the search is complete, **every record keeps a way to a final status** from
+every world reached. Worlds are the same state when their records are (by the
+lifecycle's abstraction, with their due and expiry times relative to the clock) and
+their workers' hands are (which record, whether it is still the stored one, whether
+its token is still the record's), workers taken as a multiset.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import attrs
+
+from lifecycles.invariants.core import InvariantViolation
+from lifecycles.machines import lease
+from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
+from lifecycles.stores.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from lifecycles.machines.exploration import Exploration
+
+R = TypeVar("R")
+
+__all__ = [
+    "Finding", "Held", "InterleavedStep", "InterleavingResult", "InterleavingViolation",
+    "Work", "Workers", "World", "explore_workers", "replay_interleaving",
+]
+
+
+@attrs.frozen
+class Work(Generic[R]):
+    """One way a worker's reader or deliver call can end, and the step that finishes it:
+    ``step(record, fire)`` fires the lifecycle's trigger(s) on ``record`` through
+    ``fire(trigger, record, inputs)`` (see :func:`~lifecycles.machines.lease.complete`)."""
+
+    label: str
+    step: lease.StepOn[R]
+
+
+@attrs.frozen
+class Workers(Generic[R]):
+    """How a leased lifecycle's workers are explored, declared beside its table
+    (``Exploration(workers=...)``).
+
+    ``records(m)``: the first ``m`` records, registered and due at the start;
+    ``inputs(now, worker, token)``: a worker's inputs for a claim, or for the finishing
+    step of the lease ``token`` it holds; ``work(held, inputs)``: the ways its call for
+    the record ``held`` (as it claimed it) can end, each finishing the lease with
+    ``inputs``. ``count`` workers and ``record_count`` records are explored by default,
+    at most ``max_count`` and ``max_records`` (``lifecycles check --workers N
+    --records M``). ``calls`` says in a few words what the calls answer, for the bounds.
+    """
+
+    records: Callable[[int], Sequence[R]]
+    inputs: Callable[[float, str, str], Any]
+    work: Callable[[R, Any], Sequence[Work[R]]]
+    calls: str
+    count: int = 2
+    record_count: int = 1
+    max_count: int = 3
+    max_records: int = 2
+    max_states: int = 400_000
+
+    def sized(self, count: int | None = None, record_count: int | None = None) -> Workers[R]:
+        """These workers with another number of workers or records (``ValueError``
+        when outside 1..max)."""
+        count = self.count if count is None else count
+        record_count = self.record_count if record_count is None else record_count
+        if not 1 <= count <= self.max_count:
+            raise ValueError(f"workers {count} is not within 1..{self.max_count}")
+        if not 1 <= record_count <= self.max_records:
+            raise ValueError(f"records {record_count} is not within 1..{self.max_records}")
+        return attrs.evolve(self, count=count, record_count=record_count)
+
+    @property
+    def bounds(self) -> str:
+        plural = "s" if self.record_count > 1 else ""
+        return (f"{self.count} workers x {self.record_count} record{plural}; each call "
+                f"ends as {self.calls}; workers may stop holding a lease")
+
+
+@attrs.frozen
+class Held(Generic[R]):
+    """A worker's hand: the record as it claimed it, and its lease token."""
+
+    record: R
+    token: str
+
+
+@attrs.frozen
+class World(Generic[R]):
+    """The stored records (in key order), the clock, each worker's hand (``None``:
+    idle) and how many tokens were minted (for fresh names, not part of the state)."""
+
+    records: tuple[R, ...]
+    now: float
+    workers: tuple[Held[R] | None, ...]
+    minted: int = 0
+
+
+@attrs.frozen
+class InterleavedStep:
+    """One step of an interleaving: who acted (``worker-2``, ``clock``), how
+    (``claim``, ``complete``, ``stop``, ``tick``), which of its choices, and what it did."""
+
+    actor: str
+    action: str
+    choice: int
+    description: str
+
+
+@attrs.frozen
+class Finding:
+    """A property that broke, and the shortest interleaving reaching it."""
+
+    kind: str  # invariant, superseded_completion, two_live_leases, record_lost,
+    #            no_way_to_final, error
+    message: str
+    rules: tuple[str, ...]
+    trace: tuple[InterleavedStep, ...]
+
+
+@attrs.define
+class InterleavingResult:
+    """The figures of one interleaving search."""
+
+    lifecycle: str
+    workers: int
+    records: int
+    states: int = 0
+    steps: int = 0
+    refusals: int = 0
+    depth: int = 0
+    seconds: float = 0.0
+    truncated: bool = False
+    finding: Finding | None = None
+
+    @property
+    def states_per_second(self) -> float:
+        return self.states / self.seconds if self.seconds > 0 else float("inf")
+
+
+class InterleavingViolation(AssertionError):
+    """A replayed interleaving broke a property (the replay test fails with it)."""
+
+
+class _Broken(Exception):
+    """A property broke; ``said`` is what the step did, when it got that far."""
+
+    def __init__(self, kind: str, message: str, rules: tuple[str, ...] = (),
+                 said: str = "") -> None:
+        super().__init__(message)
+        self.kind, self.message, self.rules, self.said = kind, message, rules, said
+
+
+@attrs.define
+class _Rows:
+    """An observer noting the rows a step fired (to say what a claim did)."""
+
+    lifecycle: Lifecycle[Any, Any]
+    fired_rows: list[str] = attrs.field(factory=list)
+
+    def attempted(self, lifecycle: Lifecycle[Any, Any], trigger: str, record: Any,
+                  inputs: Any) -> None:
+        pass
+
+    def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None:
+        if lifecycle is self.lifecycle:
+            self.fired_rows.append(
+                f"{row.trigger} {lifecycle.key_of(before)} {row.source} -> {row.dest}")
+
+
+def _worker(index: int) -> str:
+    return f"worker-{index + 1}"
+
+
+class _Model(Generic[R]):
+    """The steps of a world and the properties checked on them."""
+
+    def __init__(self, exploration: Exploration[R], workers: Workers[R]) -> None:
+        self.lifecycle: Lifecycle[R, Any] = exploration.lifecycle
+        self.declared = lease.declared_lease(self.lifecycle)
+        self.abstraction = exploration.abstraction
+        self.workers = workers
+        first = sorted(workers.records(workers.record_count), key=self.lifecycle.key_of)
+        for record in first:
+            self.lifecycle.check(record)
+        self.keys = tuple(self.lifecycle.key_of(record) for record in first)
+        start = min((self._due_or_expiry(record) or 0.0 for record in first), default=0.0)
+        self.start = start
+        self.initial: World[R] = World(tuple(first), start, (None,) * workers.count)
+
+    # -- what a world is, for the search --------------------------------------------
+
+    def _due_or_expiry(self, record: R) -> float | None:
+        """When the protocol's answer about ``record`` next changes: its due time when
+        claimable, its lease expiry when leased."""
+        status = self.lifecycle.status_of(record)
+        if status in self.lifecycle.claimable:
+            moment: float | None = getattr(record, self.declared.due_field)
+            return moment
+        if status == self.lifecycle.leased:
+            expiry: float | None = getattr(record, self.declared.expires_field)
+            return expiry
+        return None
+
+    def key(self, world: World[R]) -> Hashable:
+        def relation(moment: float | None) -> int:
+            return 2 if moment is None else (moment > world.now) - (moment < world.now)
+
+        by_key = dict(zip(self.keys, world.records, strict=True))
+        records = tuple(
+            (self.abstraction(record), relation(self._due_or_expiry(record)))
+            for record in world.records
+        )
+        hands = sorted(
+            ("",) if held is None else (
+                self.lifecycle.key_of(held.record),
+                held.record == by_key[self.lifecycle.key_of(held.record)],
+                held.token == self._token(by_key[self.lifecycle.key_of(held.record)]),
+            )
+            for held in world.workers
+        )
+        return records, tuple(hands)
+
+    def _token(self, record: R) -> object:
+        return getattr(record, self.declared.token_field)
+
+    def at(self, moment: float) -> str:
+        return f"t+{moment - self.start:g}s"
+
+    # -- the steps ---------------------------------------------------------------------
+
+    def actions(self, world: World[R]) -> list[tuple[str, str, int]]:
+        """Every step possible in ``world``: (actor, action, choice), in a fixed order."""
+        found: list[tuple[str, str, int]] = []
+        for index, held in enumerate(world.workers):
+            name = _worker(index)
+            if held is None:
+                found.append((name, "claim", 0))
+                continue
+            inputs = self.workers.inputs(world.now, name, held.token)
+            found.extend((name, "complete", number)
+                         for number in range(len(self.workers.work(held.record, inputs))))
+            found.append((name, "stop", 0))
+        if self._next_moment(world) is not None:
+            found.append(("clock", "tick", 0))
+        return found
+
+    def _next_moment(self, world: World[R]) -> float | None:
+        later = [moment for moment in map(self._due_or_expiry, world.records)
+                 if moment is not None and moment > world.now]
+        return min(later, default=None)
+
+    def run(self, world: World[R], actor: str, action: str, choice: int
+            ) -> tuple[World[R], str, bool]:
+        """The world after one step, what happened, and whether it was a refusal.
+        Raises :class:`_Broken` when a property breaks."""
+        if action == "tick":
+            moment = self._next_moment(world)
+            assert moment is not None
+            return attrs.evolve(world, now=moment), f"moves to {self.at(moment)}", False
+        index = int(actor.rpartition("-")[2]) - 1
+        if action == "claim":
+            return self._claim(world, index)
+        held = world.workers[index]
+        assert held is not None
+        hands = list(world.workers)
+        hands[index] = None
+        if action == "stop":
+            key = self.lifecycle.key_of(held.record)
+            return (attrs.evolve(world, workers=tuple(hands)),
+                    f"stops, leaving its lease {held.token} of {key} to expire", False)
+        store = MemoryStore(self.lifecycle, world.records)
+        refused, said = self._complete(store, world, index, held, choice)
+        return attrs.evolve(world, records=store.held(), workers=tuple(hands)), said, refused
+
+    def _claim(self, world: World[R], index: int) -> tuple[World[R], str, bool]:
+        store = MemoryStore(self.lifecycle, world.records)
+        token = f"lease-{world.minted + 1}"
+        inputs = self.workers.inputs(world.now, _worker(index), token)
+        rows = _Rows(self.lifecycle)
+        said = f"claims at {self.at(world.now)}"
+        try:
+            with self.lifecycle.observing(rows):
+                granted = lease.claim(store, self.lifecycle, inputs)
+        except InvariantViolation as error:
+            raise _Broken("invariant", f"the claim broke a rule: {error}",
+                          tuple(getattr(error, "rules", ())), said) from error
+        hands = list(world.workers)
+        said += (": " + ", then ".join(rows.fired_rows) if rows.fired_rows else ": nothing due")
+        if granted is not None:
+            # The worker works under the token its claimed record carries, as run_once
+            # does: not necessarily the one it asked for.
+            hands[index] = Held(granted, str(self._token(granted)))
+            said += f"; holds {self.lifecycle.key_of(granted)} under {self._token(granted)}"
+        after = store.held()
+        minted = world.minted + (granted is not None)
+        return World(after, world.now, tuple(hands), minted), said, granted is None
+
+    def _complete(self, store: MemoryStore[R], world: World[R], index: int, held: Held[R],
+                  choice: int) -> tuple[bool, str]:
+        name = _worker(index)
+        inputs = self.workers.inputs(world.now, name, held.token)
+        work = self.workers.work(held.record, inputs)[choice]
+        written: list[tuple[str, R]] = []
+
+        def step(record: R, fire: Callable[[str, R, Any], R]) -> R:
+            def watched(trigger: str, on: R, given: Any) -> R:
+                after = fire(trigger, on, given)
+                written.append((trigger, on))
+                return after
+            return work.step(record, watched)
+
+        key = self.lifecycle.key_of(held.record)
+        said = f"completes {key} ({work.label!r}) at {self.at(world.now)} under {held.token}: "
+        try:
+            lease.complete(store, self.lifecycle, held.record, step)
+        except (TransitionRefused, lease.LostRace) as refusal:
+            return True, said + f"refused ({getattr(refusal, 'code', type(refusal).__name__)})"
+        except InvariantViolation as error:
+            raise _Broken("invariant", f"{name}'s completion broke a rule: {error}",
+                          tuple(getattr(error, "rules", ())), said + "refused") from error
+        now_status = self.lifecycle.status_of(store.held()[self.keys.index(key)])
+        said += f"{', '.join(trigger for trigger, _ in written)} accepted -> {now_status}"
+        for trigger, on in written:
+            if (self.lifecycle.status_of(on) != self.lifecycle.leased
+                    or self._token(on) != held.token):
+                raise _Broken(
+                    "superseded_completion",
+                    f"a completion from a superseded lease was accepted: {name} held "
+                    f"{key} under {held.token}, but {trigger} wrote over it when it was "
+                    f"{self.lifecycle.status_of(on)} under {self._token(on)}", (), said)
+        return False, said
+
+    def check(self, world: World[R]) -> None:
+        """The properties of one world (the invariants were checked on every write)."""
+        keys = tuple(self.lifecycle.key_of(record) for record in world.records)
+        if keys != self.keys:
+            raise _Broken("record_lost", f"records {sorted(set(self.keys) - set(keys))} "
+                          "were lost")
+        for record in world.records:
+            if self.lifecycle.status_of(record) != self.lifecycle.leased:
+                continue
+            expiry = getattr(record, self.declared.expires_field)
+            if expiry is None or expiry <= world.now:
+                continue
+            key = self.lifecycle.key_of(record)
+            holders = [
+                _worker(index) for index, held in enumerate(world.workers)
+                if held is not None and self.lifecycle.key_of(held.record) == key
+                and held.token == self._token(record)
+            ]
+            if len(holders) > 1:
+                raise _Broken("two_live_leases",
+                              f"{' and '.join(holders)} both hold the live lease "
+                              f"{self._token(record)} of {key}")
+
+    def final(self, world: World[R], position: int) -> bool:
+        return self.lifecycle.status_of(world.records[position]) in self.lifecycle.final
+
+
+def _step_of(model: _Model[R], world: World[R], action: tuple[str, str, int]
+             ) -> tuple[World[R], InterleavedStep, bool]:
+    actor, kind, choice = action
+    try:
+        after, said, refused = model.run(world, actor, kind, choice)
+    except _Broken:
+        raise
+    except Exception as error:  # any other escape is a finding, not a crash
+        raise _Broken("error", f"{actor} {kind}: {type(error).__name__}: {error}") from error
+    model.check(after)
+    return after, InterleavedStep(actor, kind, choice, said), refused
+
+
+def explore_workers(exploration: Exploration[R], workers: Workers[R] | None = None,
+                    start: World[R] | None = None) -> InterleavingResult:
+    """Breadth-first search of every world the workers can reach (from ``start``,
+    default the declared records, all due, every worker idle); the first property to
+    break is the finding, with the shortest interleaving to it."""
+    declared = workers or exploration.workers
+    if declared is None:
+        raise ValueError(f"{exploration.lifecycle.name} declares no workers to explore")
+    model = _Model(exploration, declared)
+    result = InterleavingResult(exploration.lifecycle.name, declared.count,
+                                declared.record_count)
+    started = time.perf_counter()
+    first = start or model.initial
+    worlds: list[World[R]] = [first]
+    parents: list[tuple[int, InterleavedStep | None]] = [(-1, None)]
+    depth = [0]
+    index_of: dict[Hashable, int] = {model.key(first): 0}
+    edges: list[list[int]] = [[]]
+    queue = deque([0])
+
+    def trace(index: int) -> tuple[InterleavedStep, ...]:
+        steps: list[InterleavedStep] = []
+        while index > 0:
+            index, step = parents[index]
+            assert step is not None
+            steps.append(step)
+        return tuple(reversed(steps))
+
+    while queue and result.finding is None:
+        index = queue.popleft()
+        world = worlds[index]
+        for action in model.actions(world):
+            try:
+                after, step, refused = _step_of(model, world, action)
+            except _Broken as broken:
+                failed = InterleavedStep(*action, broken.said or broken.message)
+                result.finding = Finding(broken.kind, broken.message, broken.rules,
+                                         (*trace(index), failed))
+                break
+            result.steps += 1
+            result.refusals += refused
+            key = model.key(after)
+            target = index_of.get(key)
+            if target is None:
+                if len(worlds) >= declared.max_states:
+                    result.truncated = True
+                    continue
+                target = len(worlds)
+                index_of[key] = target
+                worlds.append(after)
+                parents.append((index, step))
+                depth.append(depth[index] + 1)
+                edges.append([])
+                queue.append(target)
+                result.depth = max(result.depth, depth[target])
+            edges[index].append(target)
+    result.states = len(worlds)
+    if result.finding is None and not result.truncated:
+        result.finding = _no_way_to_final(model, worlds, edges, trace)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _no_way_to_final(model: _Model[R], worlds: list[World[R]], edges: list[list[int]],
+                     trace: Callable[[int], tuple[InterleavedStep, ...]]) -> Finding | None:
+    """Every record keeps a way to a final status from every world: for each record,
+    the worlds that can reach one where it is final (backwards over the edges)."""
+    incoming: list[list[int]] = [[] for _ in worlds]
+    for source, targets in enumerate(edges):
+        for target in targets:
+            incoming[target].append(source)
+    for position, key in enumerate(model.keys):
+        can = [model.final(world, position) for world in worlds]
+        queue = deque(index for index, ok in enumerate(can) if ok)
+        while queue:
+            for source in incoming[queue.popleft()]:
+                if not can[source]:
+                    can[source] = True
+                    queue.append(source)
+        if not all(can):
+            stuck = can.index(False)  # the first found: the shortest interleaving
+            status = model.lifecycle.status_of(worlds[stuck].records[position])
+            return Finding(
+                "no_way_to_final",
+                f"{key} can never reach a final status from here (it is {status}; "
+                f"{can.count(False)} of {len(worlds)} worlds are like this)", (), trace(stuck))
+    return None
+
+
+def replay_interleaving(exploration: Exploration[R], workers: int, records: int,
+                        steps: Sequence[tuple[str, str, int]]) -> World[R]:
+    """Replay an interleaving found by the checker, checking every property on the way.
+
+    Raises :class:`InterleavingViolation` where a property breaks (at the end, too,
+    when a record can no longer reach a final status), and
+    :class:`~lifecycles.machines.exploration.TraceMismatch` when a step is not possible
+    (the exploration's declarations changed since the trace was written). Returns the
+    world reached, when every property held.
+    """
+    from lifecycles.machines.exploration import TraceMismatch
+
+    declared = exploration.workers
+    if declared is None:
+        raise TraceMismatch(f"{exploration.lifecycle.name} declares no workers")
+    model = _Model(exploration, declared.sized(workers, records))
+    world = model.initial
+    for number, action in enumerate(steps, 1):
+        action = (action[0], action[1], int(action[2]))
+        if action not in model.actions(world):
+            raise TraceMismatch(f"step {number} {action} is not possible in the world reached")
+        try:
+            world, _, _ = _step_of(model, world, action)
+        except _Broken as broken:
+            raise InterleavingViolation(f"step {number}: {broken.message}") from None
+    ahead = explore_workers(exploration, model.workers, start=world)
+    if ahead.finding is not None and ahead.finding.kind == "no_way_to_final" \
+            and not ahead.finding.trace:
+        raise InterleavingViolation(ahead.finding.message)
+    return world
