@@ -17,6 +17,7 @@ from typing import Any
 
 from lifecycles.invariants.core import FieldRule, field_rules
 from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.exploration import Exploration
 from lifecycles.machines.graph import shortest_paths, statuses_in_flow_order, statuses_reaching
 
 AnyLifecycle = Lifecycle[Any, Any]
@@ -302,6 +303,7 @@ def _checked(lifecycle: AnyLifecycle) -> list[str]:
         f"refused), depth {result.depth}"
         + (", cut at its bounds" if result.truncated else ", complete") + ".",
         "",
+        *_interleaved(exploration),
     ]
     if not exploration.accepted_cycles:
         return [*out, "No cycle avoids the final statuses.", ""]
@@ -314,6 +316,28 @@ def _checked(lifecycle: AnyLifecycle) -> list[str]:
         (_row(", ".join(f"`{t}`" for t in sorted(cycle.triggers)), _cell(cycle.reason))
          for cycle in exploration.accepted_cycles),
     )
+
+
+def _interleaved(exploration: Exploration[Any]) -> list[str]:
+    """The interleaved workers the checker explores, and what it proves of them."""
+    if exploration.workers is None:
+        return []
+    from lifecycles.checker_workers import PROPERTIES
+    from lifecycles.machines.interleaving import explore_workers
+
+    result = explore_workers(exploration)
+    found = result.finding
+    verdict = (f"found {found.kind}: {found.message}" if found
+               else "cut at its bounds" if result.truncated else "complete, every property holds")
+    return [
+        f"Interleaved workers: {exploration.workers.bounds}. Each step runs the lease "
+        "protocol on the in-memory store: a claim (rescuing expired leases first), a "
+        "completion by compare-and-set, a worker stopping, the clock moving to the next "
+        f"due time or lease expiry. Checked besides the invariants: {PROPERTIES}. "
+        f"Explored: {result.states:,} states, {result.steps:,} steps, depth "
+        f"{result.depth}, {verdict} (`lifecycles check --workers N --records M` widens it).",
+        "",
+    ]
 
 
 def _field_rules(lifecycle: AnyLifecycle) -> list[str]:
