@@ -12,6 +12,10 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import attrs
 
 from lifecycles.stores.base import StoreError
 
@@ -74,11 +78,19 @@ def unlink_after(error: BaseException, name: str, dir_fd: int) -> None:
         error.add_note(f"removing {name} also failed: {cleanup_error!r}")
 
 
-def put_file(dir_fd: int, name: str, data: bytes) -> None:
-    """Atomically put ``data`` at ``name``: temp file, write, fsync, rename over ``name``.
+@attrs.frozen
+class StagedFile:
+    """A temporary file written beside ``name`` in ``dir_fd``, open as ``fd``: not yet
+    synced, not yet renamed over ``name``."""
 
-    Durable once the directory is synced (:func:`write_file` does both).
-    """
+    dir_fd: int
+    name: str
+    temp: str
+    fd: int
+
+
+def stage_file(dir_fd: int, name: str, data: bytes) -> StagedFile:
+    """Write ``data`` to a new temporary file beside ``name`` (removed again on error)."""
     temp = f".{name}.{secrets.token_hex(8)}.tmp"
     fd = os.open(temp, CREATE_FLAGS, 0o600, dir_fd=dir_fd)
     try:
@@ -87,17 +99,68 @@ def put_file(dir_fd: int, name: str, data: bytes) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
     except BaseException as error:
         close_quietly_after(error, fd)
         unlink_after(error, temp, dir_fd)
         raise
+    return StagedFile(dir_fd, name, temp, fd)
+
+
+_sync_pool: ThreadPoolExecutor | None = None
+
+
+def _forget_sync_pool() -> None:
+    global _sync_pool  # a forked child has none of its parent's threads
+    _sync_pool = None
+
+
+os.register_at_fork(after_in_child=_forget_sync_pool)
+
+
+def sync_files(staged: Sequence[StagedFile]) -> None:
+    """fsync every staged file, all at once when there are several: the filesystem
+    commits concurrent fsyncs in one journal transaction (ext4, XFS), where one after
+    another each waits for its own. Raises the first failure, after every fsync ended."""
+    global _sync_pool
+    if len(staged) < 2:
+        for file in staged:
+            os.fsync(file.fd)
+        return
+    if _sync_pool is None:
+        _sync_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lifecycles-fsync")
+    for future in [_sync_pool.submit(os.fsync, file.fd) for file in staged]:
+        future.result()
+
+
+def finish_file(file: StagedFile) -> None:
+    """Close a synced staged file and rename it over its name (removed again on error)."""
     try:
-        os.close(fd)
-        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.close(file.fd)
+        os.replace(file.temp, file.name, src_dir_fd=file.dir_fd, dst_dir_fd=file.dir_fd)
     except BaseException as error:
-        unlink_after(error, temp, dir_fd)
+        unlink_after(error, file.temp, file.dir_fd)
         raise
+
+
+def discard_staged(error: BaseException, staged: Sequence[StagedFile]) -> None:
+    """Close and remove staged files not renamed, while ``error`` propagates."""
+    for file in staged:
+        close_quietly_after(error, file.fd)
+        unlink_after(error, file.temp, file.dir_fd)
+
+
+def put_file(dir_fd: int, name: str, data: bytes) -> None:
+    """Atomically put ``data`` at ``name``: temp file, write, fsync, rename over ``name``.
+
+    Durable once the directory is synced (:func:`write_file` does both).
+    """
+    file = stage_file(dir_fd, name, data)
+    try:
+        sync_files([file])
+    except BaseException as error:
+        discard_staged(error, [file])
+        raise
+    finish_file(file)
 
 
 def write_file(dir_fd: int, name: str, data: bytes, *, fresh: bool = False) -> None:
@@ -258,15 +321,20 @@ def make_private(dir_fd: int, name: str) -> None:
 
 
 __all__ = [
+    "StagedFile",
     "StoreMissing",
     "UnfitEntry",
     "UnsafePath",
+    "discard_staged",
     "entry_problem",
+    "finish_file",
     "is_leftover",
     "make_private",
     "open_directory",
     "present",
     "put_file",
     "read_entry",
+    "stage_file",
+    "sync_files",
     "write_file",
 ]

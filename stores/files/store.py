@@ -26,14 +26,18 @@ from lifecycles.stores.files import quarantine
 from lifecycles.stores.files.codec import RecordCodec, UntrustedRecord
 from lifecycles.stores.files.contract import FilesExtension, Listing
 from lifecycles.stores.files.fs import (
+    StagedFile,
     StoreMissing,
     UnfitEntry,
+    discard_staged,
+    finish_file,
     is_leftover,
     make_owned_private,
     open_directory,
     present,
-    put_file,
     read_entry,
+    stage_file,
+    sync_files,
     unlink_after,
 )
 from lifecycles.stores.files.layout import (
@@ -154,11 +158,13 @@ class FilesStore(Store[R], FilesExtension[R]):
                 self._local.staged = None
 
     def _apply(self, staged: Mapping[str, _Staged]) -> None:
-        """Write every staged record: all files first, then one sync per directory, then
-        the unlinks that finish moves (so a destination is durable before its source
-        goes, and many records share each directory's fsync)."""
+        """Write every staged record: all files first (synced together), then renamed,
+        then one sync per directory, then the unlinks that finish moves (so a
+        destination is durable before its source goes, and many records share each
+        fsync of a directory, and of the journal)."""
         handles = self._held()
         view, directory_of = handles.view, self.layout.directory
+        files: list[StagedFile] = []  # written, not yet renamed
         placed: list[tuple[int, str, bool]] = []  # (directory, name, fresh): put, not synced
         written: list[tuple[str, str, bytes, Any, bool]] = []  # ..., record, fresh
         moves: list[tuple[str, str]] = []  # (source status, name)
@@ -174,17 +180,21 @@ class FilesStore(Store[R], FilesExtension[R]):
                     view.forget(directory_of(status), name)
                     destination = self._dir_fd(status)
                     fresh = change.on_disk != status and not present(destination, name)
-                    put_file(destination, name, data)
+                    files.append(stage_file(destination, name, data))
                     placed.append((destination, name, fresh))
                     written.append((directory_of(status), name, data, change.record, fresh))
                 if change.on_disk is not None and change.on_disk != status:
                     moves.append((change.on_disk, name))
+            sync_files(files)
+            while files:
+                finish_file(files.pop(0))  # out of the list first: it cleans up after itself
             for directory in dict.fromkeys(fd for fd, _, _ in placed):
                 os.fsync(directory)
                 handles.synced(directory)
         except BaseException as error:
             view.clear()
-            for directory, name, fresh in placed:
+            discard_staged(error, files)
+            for directory, name, fresh in placed[: len(placed) - len(files)]:  # renamed
                 if fresh:  # never acknowledged: leave no second copy behind
                     unlink_after(error, name, directory)
             raise
