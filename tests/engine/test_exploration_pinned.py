@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from lifecycles.loading import load_exploration
@@ -81,6 +83,29 @@ PINNED: dict[str, dict[str, Any]] = json.loads(
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_the_search_explores_exactly_what_it_did(name: str) -> None:
     assert summary(_explorations()[name]) == PINNED[name]
+
+
+@attrs.frozen
+class _SameFingerprint:
+    """A key whose hash every other key shares: every state collides with the first."""
+
+    key: Hashable
+
+    def __hash__(self) -> int:
+        return 0
+
+
+def test_states_whose_fingerprints_collide_are_told_apart_by_their_keys() -> None:
+    exact = explore(MONITOR_EXPLORATION, keep_records=True, keep_graph=True)
+    colliding = explore(
+        attrs.evolve(MONITOR_EXPLORATION,
+                     abstraction=lambda r: _SameFingerprint(MONITOR_EXPLORATION.abstraction(r))),
+        keep_records=True, keep_graph=True)
+    assert exact.graph is not None and colliding.graph is not None
+    assert (colliding.states, colliding.edges, colliding.refusals) == (
+        exact.states, exact.edges, exact.refusals)
+    assert colliding.records == exact.records
+    assert colliding.graph.edges == exact.graph.edges
 
 
 if __name__ == "__main__":
