@@ -12,18 +12,20 @@ A lifecycle is:
 * the invariants every record obeys.
 
 Firing a trigger is :meth:`Lifecycle.fire`: a record and its inputs in, a new record
-out, nothing else touched. ``transitions`` does the table lookup and guard
-evaluation on a tiny per-call adapter (one machine per lifecycle, never
-``add_model``); the engine then applies the row's effect, sets the status from the
-row's ``dest`` and checks every invariant. A trigger that is not allowed, or whose
-guards all fail, raises :class:`TransitionRefused` and changes nothing.
+out, nothing else touched. The row is chosen over the ``transitions`` machine's own
+table (one machine per lifecycle, never ``add_model``); the engine then applies its
+effect, sets the status from its ``dest`` and checks every invariant and step invariant.
+A trigger not allowed, or whose guards all fail, raises :class:`TransitionRefused`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
+import keyword
 import sys
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
@@ -140,7 +142,7 @@ def effect(*writes: str) -> Callable[[Callable[[R, I], Changes]], Effect[R, I]]:
     return declare
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a dict key on every firing (coverage, apply_row)
 class Row:
     """One resolved row of a table: a single source, guards split into if/unless."""
 
@@ -266,6 +268,9 @@ class Lifecycle(Generic[R, I]):
         self.machine = self._build_machine()
         self._dispatch: dict[tuple[str, str], tuple[Candidate, ...]] = {}
         self._evolve: Callable[[R, dict[str, Any]], R] = evolver(self.record_type)
+        # apply_row's lookups, once: each effect's declared writes, each status's member.
+        self._writes = {name: frozenset(e.writes) for name, e in self.effects.items()}
+        self._members = {status.value: status for status in self.statuses}
 
     # -- derived sets: never listed twice ------------------------------------
 
@@ -352,11 +357,9 @@ class Lifecycle(Generic[R, I]):
     def select_row(self, trigger: str, record: R, inputs: I) -> Row:
         """The row that ``trigger`` fires from ``record`` with ``inputs``, or refuse.
 
-        Dispatch runs over the ``transitions`` machine's own compiled table (its
-        transitions for this trigger out of this status, in order, each with its
-        conditions): the first whose conditions all hold fires, exactly as
-        ``Event.trigger`` decides (:meth:`select_row_by_trigger`, which the tests hold
-        it to), without the per-call event objects and debug logging.
+        It runs over the ``transitions`` machine's own transitions and conditions, compiled
+        once per (trigger, status): the first row whose conditions hold, as ``Event.trigger``
+        decides (:meth:`select_row_by_trigger`), without its event objects and debug logs.
         """
         for observer in self._observers:
             observer.attempted(self, trigger, record, inputs)
@@ -373,15 +376,15 @@ class Lifecycle(Generic[R, I]):
                     break
             else:
                 return row
+        raise self._refusal(trigger, status, record, inputs)
+
+    def _refusal(self, trigger: str, status: str, record: R, inputs: I) -> TransitionRefused:
         blocking = self.blocking_guard(trigger, record, inputs)
-        raise TransitionRefused(
-            trigger, status, guard=blocking,
-            code=self.guards[blocking].refusal_code if blocking else self.not_allowed_code,
-        )
+        code = self.guards[blocking].refusal_code if blocking else self.not_allowed_code
+        return TransitionRefused(trigger, status, guard=blocking, code=code)
 
     def select_row_by_trigger(self, trigger: str, record: R, inputs: I) -> Row:
-        """:meth:`select_row` through ``transitions``' own ``Event.trigger``: the reference
-        its dispatch is tested against."""
+        """:meth:`select_row` through ``transitions``' ``Event.trigger``: its tested reference."""
         status = getattr(record, self.status_field)
         adapter = _Adapter(str(status), record, inputs)
         event = self.machine.events.get(trigger)
@@ -390,17 +393,10 @@ class Lifecycle(Generic[R, I]):
         try:
             moved = event.trigger(adapter)
         except MachineError:
-            raise TransitionRefused(
-                trigger, str(status), guard=None, code=self.not_allowed_code
-            ) from None
+            raise TransitionRefused(trigger, str(status), guard=None,
+                                    code=self.not_allowed_code) from None
         if not moved or adapter.fired is None:
-            blocking = self.blocking_guard(trigger, record, inputs)
-            raise TransitionRefused(
-                trigger,
-                str(status),
-                guard=blocking,
-                code=self.guards[blocking].refusal_code if blocking else self.not_allowed_code,
-            )
+            raise self._refusal(trigger, str(status), record, inputs)
         return adapter.fired
 
     def _compiled(self, trigger: str, status: str) -> tuple[Candidate, ...]:
@@ -428,10 +424,10 @@ class Lifecycle(Generic[R, I]):
         if row.effect is not None:
             effect_ = self.effects[row.effect]
             changes = dict(effect_.compute(record, inputs))
-            undeclared = sorted(set(changes) - set(effect_.writes))
-            if undeclared:
+            if not changes.keys() <= self._writes[row.effect]:
+                undeclared = sorted(set(changes) - set(effect_.writes))
                 raise EffectContractError(f"{effect_.name} wrote undeclared fields {undeclared}")
-        changes[self.status_field] = self.statuses(row.dest)
+        changes[self.status_field] = self._members[row.dest]
         try:
             new = self._evolve(record, changes)
         except FieldRuleViolation as error:
@@ -445,14 +441,10 @@ class Lifecycle(Generic[R, I]):
     def blocking_guard(self, trigger: str, record: R, inputs: I) -> str | None:
         """The first guard that blocks the first row of ``trigger`` out of ``record``'s status."""
         status = str(getattr(record, self.status_field))
-        for row in self.rows:
-            if row.trigger != trigger or row.source != status:
-                continue
-            for name in row.conditions:
-                if not self.guards[name].test(record, inputs):
-                    return name
-            for name in row.unless:
-                if self.guards[name].test(record, inputs):
+        for row in (row for row in self.rows if (row.trigger, row.source) == (trigger, status)):
+            for name, target in [(name, True) for name in row.conditions] + [
+                    (name, False) for name in row.unless]:
+                if bool(self.guards[name].test(record, inputs)) is not target:
                     return name
         return None
 
@@ -501,56 +493,69 @@ class Lifecycle(Generic[R, I]):
         return f"<Lifecycle {self.name} v{self.table_version}>"
 
 
+def _parts(validator: object) -> tuple[FieldRule, ...]:
+    """The named field rules ``validator`` is made of (``and_`` combines them), in order."""
+    return tuple(() if validator is None else getattr(validator, "_validators", (validator,)))
+
+
 def _value_only(validator: object) -> bool:
     """Whether ``validator`` judges a field's value alone: named field rules (and their
-    ``and_`` combinations) read nothing else of the record; any other validator may."""
-    if validator is None or isinstance(validator, FieldRule):
-        return True
-    parts = getattr(validator, "_validators", None)
-    return parts is not None and all(isinstance(part, FieldRule) for part in parts)
+    ``and_`` combinations; not a subclass's own ``__call__``) read nothing else."""
+    return all(isinstance(part, FieldRule) and type(part).__call__ is FieldRule.__call__
+               for part in _parts(validator))
 
 
 def evolver(record_type: type[R]) -> Callable[[R, dict[str, Any]], R]:
     """``attrs.evolve`` that converts and validates only the changed fields.
 
-    A record is frozen and every field was converted and validated when it was built;
-    when every validator is a named field rule (it judges its field's value alone), a
-    transition's new record needs only its changed fields checked (its invariants are
-    checked whole, afterwards). Any other class gets ``attrs.evolve`` itself: a
-    validator that reads other fields, ``__attrs_pre_init__``/``__attrs_post_init__``,
-    fields outside ``__init__`` or under an alias, converters that take the instance or
-    the field. Measured on the monitor's ``run_once``, it takes two full constructions
-    of twenty validated fields out of every cycle.
+    Every field of a frozen record was converted and validated when it was built; when
+    every validator is a named field rule (it judges its value alone), a new record needs
+    only its changed fields checked (its invariants are checked whole, afterwards). Any
+    other class gets ``attrs.evolve``: a validator that reads other fields, pre/post-init
+    hooks, fields outside ``__init__`` or aliased, converters taking the instance or field.
     """
     fields: tuple[attrs.Attribute[Any], ...] = attrs.fields(record_type)  # type: ignore[arg-type]
     if (
         hasattr(record_type, "__attrs_pre_init__")
         or hasattr(record_type, "__attrs_post_init__")
-        or not all(field.init and field.alias == field.name for field in fields)
+        or not all(field.init and field.alias == field.name and field.name.isidentifier()
+                   and not keyword.iskeyword(field.name) for field in fields)  # code reads them
         or any(isinstance(field.converter, attrs.Converter) for field in fields)
         or not all(_value_only(field.validator) for field in fields)
     ):
         return lambda record, changes: attrs.evolve(record, **changes)  # type: ignore[misc]
-    checks = {
-        field.name: (field, cast("Callable[[Any], Any] | None", field.converter), field.validator)
-        for field in fields
-    }
-    names = tuple(checks)
-    build, assign = object.__new__, object.__setattr__
+    # A straight-line copy through the slots' descriptors, rules run inline: the setattr and
+    # validator calls were half of apply_row in benchmarks/profile_checker.py's breakdown.
+    names = tuple(field.name for field in fields)
+    setters = [_setter(record_type, name) for name in names]
+    plans = {field.name: (assign, cast("Callable[[Any], Any] | None", field.converter), tuple(
+        (rule.optional, rule.check, rule.name) for rule in _parts(field.validator)))
+        for field, assign in zip(fields, setters, strict=True)}
+    namespace: dict[str, Any] = {"new": object.__new__, "kind": record_type, "put": setters}
+    copies = "".join(f"    put[{at}](made, record.{name})\n" for at, name in enumerate(names))
+    exec(f"def copy(record):\n    made = new(kind)\n{copies}    return made\n", namespace)
+    copy: Callable[[R], R] = namespace["copy"]
 
     def evolve(record: R, changes: dict[str, Any]) -> R:
-        new = build(record_type)
-        for name in names:
-            assign(new, name, getattr(record, name))
+        new = copy(record)
         for name, value in changes.items():
-            field, convert, validate = checks[name]
+            assign, convert, rules = plans[name]
             converted = value if convert is None else convert(value)
-            if validate is not None:
-                validate(new, field, converted)
-            assign(new, name, converted)
+            for optional, check, rule in rules:  # FieldRule.__call__, inline
+                if not ((optional and converted is None) or check(converted)):
+                    raise FieldRuleViolation(rule, name, converted)
+            assign(new, converted)
         return new
 
     return evolve
+
+
+def _setter(record_type: type, name: str) -> Callable[[Any, Any], None]:
+    """Sets field ``name`` of a new frozen record: through its slot, else past ``__setattr__``."""
+    slot = inspect.getattr_static(record_type, name, None)
+    if isinstance(slot, types.MemberDescriptorType):
+        return slot.__set__
+    return lambda new, value: object.__setattr__(new, name, value)
 
 
 def _mark_fired(row: Row) -> Callable[[Any], None]:

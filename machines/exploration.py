@@ -218,6 +218,10 @@ class Coverage:
     row_fires: dict[Row, int] = attrs.field(factory=dict)
     guard_outcomes: dict[str, dict[bool, int]] = attrs.field(factory=dict)
     attempts: int = 0
+    # Per (trigger, status): each guard of each candidate row, in table order, with its
+    # test; found once instead of scanning the whole table on every attempt.
+    _plans: dict[tuple[str, str], tuple[tuple[str, Callable[[Any, Any], object]], ...]] = (
+        attrs.field(factory=dict, init=False, repr=False))
 
     def __attrs_post_init__(self) -> None:
         for row in self.lifecycle.rows:
@@ -230,12 +234,16 @@ class Coverage:
         if lifecycle is not self.lifecycle:
             return
         self.attempts += 1
-        status = str(getattr(record, lifecycle.status_field))
-        for row in lifecycle.rows:
-            if row.trigger == trigger and row.source == status:
-                for name in (*row.conditions, *row.unless):
-                    outcome = bool(lifecycle.guards[name].test(record, inputs))
-                    self.guard_outcomes[name][outcome] += 1
+        key = (trigger, str(getattr(record, lifecycle.status_field)))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = tuple(
+                (name, lifecycle.guards[name].test)
+                for row in lifecycle.rows if (row.trigger, row.source) == key
+                for name in (*row.conditions, *row.unless))
+        outcomes = self.guard_outcomes
+        for name, test in plan:
+            outcomes[name][bool(test(record, inputs))] += 1
 
     def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None:
         if lifecycle is self.lifecycle:
@@ -390,21 +398,44 @@ def explore(
     result.coverage = coverage
     started = time.perf_counter()
     nodes: list[_Node[R]] = []
-    seen: set[Hashable] = set()
-    index_of: dict[Hashable, int] = {}
+    # Deduplication by fingerprint, as TLC and stateright do: ``seen`` maps the 64-bit
+    # ``hash`` of a state's abstraction key to the first state that had it, instead of
+    # holding every key. A hit is confirmed against that state's key, recomputed from its
+    # record (the abstraction is pure), so a collision is never taken for a visited state:
+    # the colliding key is then kept whole in ``collided``. For well-spread hashes a
+    # collision among n states has probability about n^2 / 2^65 (3e-13 for 3,000 states,
+    # 3e-8 for a million), but some distinct values share a hash (hash(-1) == hash(-2)):
+    # either way the states found never depend on the hash, only the memory used does.
+    seen: dict[int, int] = {}
+    collided: dict[Hashable, int] = {}
+    abstraction = exploration.abstraction
     graph = Graph(trace_to=lambda index: _trace(nodes, index)) if keep_graph else None
     result.graph = graph
     fired = _Fired()
     queue: deque[int] = deque()
 
-    def add_node(node: _Node[R], key: Hashable) -> int:
-        seen.add(key)
+    def find(key: Hashable, fingerprint: int) -> int | None:
+        """The state whose key is ``key``, if one was reached."""
+        target = seen.get(fingerprint)
+        if target is None or abstraction(nodes[target].record) == key:
+            return target
+        return collided.get(key)
+
+    def add_node(node: _Node[R], key: Hashable, fingerprint: int) -> int:
+        index = len(nodes)
         nodes.append(node)
-        index_of[key] = len(nodes) - 1
+        if fingerprint in seen:
+            collided[key] = index
+        else:
+            seen[fingerprint] = index
         if graph is not None:
             graph.final.append(lifecycle.status_of(node.record) in lifecycle.final)
             graph.edges.append([])
-        return len(nodes) - 1
+        result.statuses.add(str(lifecycle.status_of(node.record)))
+        return index
+
+    # The moves that may start from each status (their triggers' sources), found once.
+    moves_from: dict[str, tuple[Move[R, Any], ...]] = {}
     sources = {move.name: exploration.sources(move) for move in exploration.moves}
 
     def fail(kind: str, error: BaseException | None, message: str, rules: tuple[str, ...],
@@ -424,36 +455,39 @@ def explore(
                  tuple(getattr(error, "rules", ())), -1, None)
             result.seconds = time.perf_counter() - started
             return result
-        key = exploration.abstraction(record)
-        if key not in seen:
-            queue.append(add_node(_Node(record, -1, None, 0, number), key))
-            result.statuses.add(str(lifecycle.status_of(record)))
+        key = abstraction(record)
+        if find(key, hash(key)) is None:
+            queue.append(add_node(_Node(record, -1, None, 0, number), key, hash(key)))
 
+    fire, max_depth, max_states = lifecycle.fire, exploration.max_depth, exploration.max_states
     with lifecycle.observing(coverage), lifecycle.observing(fired):
         report_at = started + PROGRESS_AFTER
         while queue and result.violation is None:
             if progress is not None and time.perf_counter() >= report_at:
-                result.states, result.seconds = len(seen), time.perf_counter() - started
+                result.states, result.seconds = len(nodes), time.perf_counter() - started
                 progress(result)
                 report_at = time.perf_counter() + 1.0
             index = queue.popleft()
             node = nodes[index]
-            if node.depth >= exploration.max_depth:
+            if node.depth >= max_depth:
                 result.truncated = True
                 continue
-            status = str(lifecycle.status_of(node.record))
-            for move in exploration.moves:
-                if status not in sources[move.name]:
-                    continue
-                for number, choice in enumerate(move.choices(node.record)):
+            record = node.record
+            status = str(lifecycle.status_of(record))
+            moves = moves_from.get(status)
+            if moves is None:
+                moves = moves_from[status] = tuple(
+                    move for move in exploration.moves if status in sources[move.name])
+            for move in moves:
+                for number, choice in enumerate(move.choices(record)):
                     fired.triggers, fired.last = set(), None
                     try:
-                        after = move.perform(lifecycle.fire, node.record, choice)
+                        after = move.perform(fire, record, choice)
                     except TransitionRefused:
                         result.refusals += 1
                         continue
                     except Exception as error:  # any other escape is a finding, not a crash
-                        step = Step(move.name, number, move.describe_choice(node.record, choice))
+                        step = Step(move.name, number, move.describe_choice(record, choice))
                         fail("invariant" if isinstance(error, InvariantViolation) else "error",
                              error, f"{type(error).__name__}: {error}",
                              tuple(getattr(error, "rules", ())), index, step)
@@ -464,28 +498,29 @@ def explore(
                     broken = () if after is fired.last else tuple(
                         lifecycle.invariants.broken(after))
                     if broken:
-                        step = Step(move.name, number, move.describe_choice(node.record, choice))
+                        step = Step(move.name, number, move.describe_choice(record, choice))
                         fail("invariant", None, f"reached a record breaking {', '.join(broken)}",
                              broken, index, step)
                         break
-                    key = exploration.abstraction(after)
-                    target = index_of.get(key)
+                    key = abstraction(after)
+                    fingerprint = hash(key)
+                    target = find(key, fingerprint)
                     if target is None:
-                        if len(seen) >= exploration.max_states:
+                        if len(nodes) >= max_states:
                             result.truncated = True
                             continue
-                        step = Step(move.name, number, move.describe_choice(node.record, choice))
+                        step = Step(move.name, number, move.describe_choice(record, choice))
                         target = add_node(
-                            _Node(after, index, step, node.depth + 1, node.initial), key)
+                            _Node(after, index, step, node.depth + 1, node.initial), key,
+                            fingerprint)
                         queue.append(target)
                         result.depth = max(result.depth, node.depth + 1)
-                        result.statuses.add(str(lifecycle.status_of(after)))
                     if graph is not None:
                         graph.edges[index].append(
-                            (target, frozenset(fired.triggers), after != node.record))
+                            (target, frozenset(fired.triggers), after != record))
                 if result.violation is not None:
                     break
-    result.states = len(seen)
+    result.states = len(nodes)
     result.seconds = time.perf_counter() - started
     if keep_records:
         result.records = [node.record for node in nodes]

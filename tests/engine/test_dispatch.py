@@ -26,7 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support.monitor import registered as monitor_record
 
-from lifecycles.invariants.core import FieldRuleViolation, field_rules
+from lifecycles.invariants.core import FieldRule, FieldRuleViolation, field_rules
 from lifecycles.invariants.monitor import COLUMNS, MonitorRecord
 from lifecycles.loading import find_exploration
 from lifecycles.machines.core import Lifecycle, Row, TransitionRefused, evolver
@@ -139,3 +139,34 @@ def test_a_class_with_a_validator_that_reads_other_fields_gets_attrs_evolve() ->
 
     with pytest.raises(ValueError, match="low above high"):
         evolver(Range)(Range(1, 5), {"high": 0})
+
+
+@pytest.mark.parametrize("slots", [True, False])
+def test_the_evolver_validates_changed_fields_of_slotted_and_dict_classes(slots: bool) -> None:
+    small = FieldRule("small", lambda value: value < 10)
+
+    @attrs.frozen(slots=slots)
+    class Pair:
+        left: int = attrs.field(validator=small)
+        right: int | None = attrs.field(default=None, validator=small.allow_none())
+
+    evolve = evolver(Pair)
+    assert evolve(Pair(1, 2), {"right": None}) == Pair(1, None)
+    assert evolve(Pair(1), {"left": 3, "right": 4}) == Pair(3, 4)
+    with pytest.raises(FieldRuleViolation, match="right breaks small"):
+        evolve(Pair(1), {"right": 10})
+
+
+def test_a_field_rule_with_its_own_call_gets_attrs_evolve() -> None:
+    class Strict(FieldRule):
+        def __call__(self, instance: object, attribute: Any, value: Any) -> None:
+            raise FieldRuleViolation(self.name, attribute.name, value)
+
+    @attrs.frozen
+    class Boxed:
+        value: int = attrs.field(validator=Strict("never", lambda value: True))
+
+    built = object.__new__(Boxed)
+    object.__setattr__(built, "value", 1)
+    with pytest.raises(FieldRuleViolation, match="value breaks never"):
+        evolver(Boxed)(built, {"value": 2})
