@@ -41,7 +41,9 @@ def page(lifecycle: AnyLifecycle, mermaid_source: str, *, svg_name: str, dot_nam
         out += [lifecycle.description, ""]
     out += [
         f"Generated from table version **`{lifecycle.table_version}`** by `{REGENERATE}`; "
-        f"CI runs `{CHECK}` and fails when this page no longer matches the table.",
+        "the version digests the table and the source of every guard, effect, invariant "
+        "and function beside it, so a change to any of them changes it. CI runs "
+        f"`{CHECK}` and fails when this page no longer matches the code.",
         "",
         f"Pictures: [Mermaid source]({mermaid_name}) · [Graphviz picture (SVG)]({svg_name}) · "
         f"[Graphviz source]({dot_name})",

@@ -20,9 +20,8 @@ A trigger not allowed, or whose guards all fail, raises :class:`TransitionRefuse
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import inspect
-import json
 import keyword
 import sys
 import types
@@ -39,8 +38,8 @@ from lifecycles.invariants.core import (
     FieldRuleViolation,
     InvariantSet,
     InvariantViolation,
-    field_rules,
 )
+from lifecycles.machines.versioning import table_version as _table_version
 
 R = TypeVar("R")
 I = TypeVar("I")  # noqa: E741 - the inputs type of a lifecycle
@@ -304,26 +303,11 @@ class Lifecycle(Generic[R, I]):
         (status,) = self.dests(self.lease.trigger)
         return status
 
-    @property
+    @functools.cached_property
     def table_version(self) -> str:
-        """A short digest of the table and its guard/effect/invariant names."""
-        material = {
-            "table": [dict(row) for row in self.table],
-            "statuses": [s.value for s in self.statuses],
-            "initial": self.initial.value,
-            "final": sorted(s.value for s in self.final),
-            "invariants": [rule.name for rule in self.invariants],
-            **({"step_invariants": [rule.name for rule in self.invariants.steps]}
-               if self.invariants.steps else {}),
-            "field_rules": [[name, rule.name] for name, rule in field_rules(self.record_type)],
-            "writes": {name: list(e.writes) for name, e in sorted(self.effects.items())},
-            "refusals": {name: g.refusal_code for name, g in sorted(self.guards.items())},
-            "not_allowed": self.not_allowed_code,
-            "key": self.key_field,
-            "lease": attrs.asdict(self.lease) if self.lease else None,
-        }
-        rendered = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str)
-        return hashlib.sha256(rendered.encode()).hexdigest()[:12]
+        """A short digest of the table, its declarations and the code that decides
+        (:func:`lifecycles.machines.versioning.table_version`)."""
+        return _table_version(self)
 
     # -- running ---------------------------------------------------------------
 

@@ -35,8 +35,8 @@ Guarantees (beyond :mod:`lifecycles.stores.base`):
   (inner transactions are savepoints); an exception discards them. The apply writes
   every temp file, fsyncs them all at once (concurrent fsyncs share a journal commit
   on ext4 and XFS), renames each over its name, then syncs each directory once, then
-  unlinks the sources of moves, so many records share a directory's fsync. A crash *during* it can leave part of a
-  multi-record transaction applied, each file whole.
+  unlinks the sources of moves, so many records share a directory's fsync. A crash
+  *during* it can leave part of a multi-record transaction applied, each file whole.
 * **Interrupted moves.** A crash (or a failed unlink) between a move's two steps
   leaves the record in both directories: ``get`` trusts the first of the layout's
   ``search_order``, and the shadowed copy is not counted; ``discard_shadowed`` removes
