@@ -100,7 +100,9 @@ receiver_status = one_of("receiver_status_declared", set(ReceiverStatus))
 count = non_negative_integer("count_non_negative")
 failure_bound = integer_between("max_failures_bounds", 1, 20)
 time = finite_time("time_finite_non_negative")
-optional_integer = FieldRule.expressed("integer_type", is_integer.expression, optional=True)
+optional_integer = FieldRule.expressed(
+    "integer_type", is_integer.expression, optional=True,
+    meaning="an integer (not a boolean: True is an int in Python, never in a record)")
 lease_expired_flag = one_of("lease_expired_flag", {0, 1})
 
 # Rules of the facade's arguments, declared once, each named for the argument it checks

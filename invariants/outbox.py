@@ -160,27 +160,33 @@ version_supported = one_of("version_supported", {OUTBOX_VERSION})
 run_id_syntax = matches("run_id_syntax", IDENTIFIER_PATTERN)
 transaction_id_syntax = matches("transaction_id_syntax", IDENTIFIER_PATTERN)
 action_known = one_of("action_known", {"complete", "fail"})
-result_is_object = FieldRule("result_is_object", lambda v: isinstance(v, dict))
-error_is_text = FieldRule("error_is_text", lambda v: isinstance(v, str))
+result_is_object = FieldRule("result_is_object", lambda v: isinstance(v, dict),
+                             meaning="a JSON object (a mapping of text keys)")
+error_is_text = FieldRule("error_is_text", lambda v: isinstance(v, str), meaning="a string")
 error_length_bound = FieldRule(
-    "error_length_bound", lambda v: isinstance(v, str) and len(v) <= MAX_ERROR_LENGTH
+    "error_length_bound", lambda v: isinstance(v, str) and len(v) <= MAX_ERROR_LENGTH,
+    meaning=f"at most {MAX_ERROR_LENGTH} characters",
 )
 error_text_normalised = FieldRule(
     "error_text_normalised",
     lambda v: isinstance(v, str) and v == normalise_text(v, MAX_ERROR_LENGTH),
+    meaning="normalised: every run of whitespace one space, no space at either end",
 )
-reopen_is_boolean = FieldRule("reopen_is_boolean", lambda v: isinstance(v, bool))
+reopen_is_boolean = FieldRule("reopen_is_boolean", lambda v: isinstance(v, bool),
+                              meaning="true or false")
 entry_id_syntax = matches("entry_id_syntax", ENTRY_ID_PATTERN)
 status_declared = one_of("status_declared", set(OutboxStatus))
 attempts_non_negative = non_negative_integer("attempts_non_negative")
 timestamp_timezone_aware = FieldRule(
-    "timestamp_timezone_aware", lambda v: timestamp_problem(v, "timestamp") is None
+    "timestamp_timezone_aware", lambda v: timestamp_problem(v, "timestamp") is None,
+    meaning="an ISO 8601 timestamp string with a time zone",
 )
-last_error_is_text = FieldRule("last_error_is_text", lambda v: isinstance(v, str))
+last_error_is_text = FieldRule("last_error_is_text", lambda v: isinstance(v, str),
+                               meaning="a string")
 last_error_bound = FieldRule(
-    "last_error_bound", lambda v: isinstance(v, str) and len(v) <= MAX_LAST_ERROR_LENGTH
+    "last_error_bound", lambda v: isinstance(v, str) and len(v) <= MAX_LAST_ERROR_LENGTH,
+    meaning=f"at most {MAX_LAST_ERROR_LENGTH} characters",
 )
-
 
 @attrs.frozen(repr=False)
 class JsonBounds:
@@ -283,7 +289,11 @@ def intent_within_payload_bound(r: OutboxRecord) -> bool:
 
 @invariant
 def quarantined_has_reason(r: OutboxRecord) -> bool:
-    """A quarantined record says why in last_error."""
+    """A quarantined record says why in last_error; a file that is no record, in .error.json.
+
+    A quarantined file that could not be decoded into a record holds no last_error: its
+    reason is only in the ``<name>.error.json`` file written beside it.
+    """
     return r.state != OutboxStatus.QUARANTINED or bool(r.last_error)
 
 

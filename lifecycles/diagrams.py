@@ -29,7 +29,7 @@ import argparse
 import os
 import tempfile
 import traceback
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +96,14 @@ class Written:
 
 
 def generate(
-    lifecycles: Mapping[str, AnyLifecycle], graphviz: Graphviz | None
+    lifecycles: Mapping[str, AnyLifecycle], graphviz: Graphviz | None,
+    present: Collection[str] = (),
 ) -> Generation:
-    """Every file for ``lifecycles``, drawn with ``graphviz`` (``None``: no SVG)."""
+    """Every file for ``lifecycles``, drawn with ``graphviz`` (``None``: no SVG).
+
+    A page links its SVG only when it is drawn here or already ``present`` in the
+    directory (drawn earlier, committed): never a file that does not exist.
+    """
     files: dict[str, bytes] = {}
     renderer_dependent = {GRAPHVIZ_VERSION_FILE}
     for name in sorted(lifecycles):
@@ -107,9 +112,11 @@ def generate(
         dot_source = dot(lifecycle)
         files[f"{name}.mmd"] = mermaid_source.encode()
         files[f"{name}.dot"] = dot_source.encode()
+        drawn = graphviz is not None or f"{name}.svg" in present
         files[f"{name}.md"] = page(
             lifecycle, mermaid_source,
-            svg_name=f"{name}.svg", dot_name=f"{name}.dot", mermaid_name=f"{name}.mmd",
+            svg_name=f"{name}.svg" if drawn else None, dot_name=f"{name}.dot",
+            mermaid_name=f"{name}.mmd",
         ).encode()
         renderer_dependent.add(f"{name}.svg")
         if graphviz is not None:
@@ -291,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
             chosen = {}
             for target in args.module:
                 chosen.update(lifecycles_in(import_target(target)))
-        generation = generate(chosen, find_graphviz())
+        generation = generate(chosen, find_graphviz(), _files_in(directory))
     except DirectoryNotFound as error:
         raise CommandError(EXIT_CANNOT_RUN, "directory_not_found", str(error)) from None
     except DiagramError as error:

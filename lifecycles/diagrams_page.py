@@ -26,9 +26,10 @@ REGENERATE = "lifecycles diagrams"
 CHECK = "lifecycles diagrams --check"
 
 
-def page(lifecycle: AnyLifecycle, mermaid_source: str, *, svg_name: str, dot_name: str,
-         mermaid_name: str) -> str:
-    """The Markdown page of ``lifecycle``, with ``mermaid_source`` inline."""
+def page(lifecycle: AnyLifecycle, mermaid_source: str, *, svg_name: str | None,
+         dot_name: str, mermaid_name: str) -> str:
+    """The Markdown page of ``lifecycle``, with ``mermaid_source`` inline; ``svg_name``
+    is ``None`` when no SVG was drawn (the page then says how to draw it)."""
     name = lifecycle.name
     out: list[str] = [
         f"# The `{name}` lifecycle",
@@ -45,8 +46,11 @@ def page(lifecycle: AnyLifecycle, mermaid_source: str, *, svg_name: str, dot_nam
         "and function beside it, so a change to any of them changes it. CI runs "
         f"`{CHECK}` and fails when this page no longer matches the code.",
         "",
-        f"Pictures: [Mermaid source]({mermaid_name}) · [Graphviz picture (SVG)]({svg_name}) · "
-        f"[Graphviz source]({dot_name})",
+        f"Pictures: [Mermaid source]({mermaid_name}) · "
+        + (f"[Graphviz picture (SVG)]({svg_name})" if svg_name else
+           "Graphviz picture: not drawn (Graphviz was not installed; install it and "
+           f"run `{REGENERATE}` again)")
+        + f" · [Graphviz source]({dot_name})",
         "",
         "## Diagram",
         "",
@@ -175,7 +179,8 @@ def _reaching_finals(lifecycle: AnyLifecycle) -> list[str]:
                   in lifecycle.final):
         into = [row for row in lifecycle.rows if row.dest == final and row.source != final]
         staying = [row for row in lifecycle.rows if row.dest == final and row.source == final]
-        origins = _statuses_that_reach(lifecycle, final)
+        direct = {row.source for row in into}
+        origins = [name for name in _statuses_that_reach(lifecycle, final) if name not in direct]
         out += [f"### `{final}`", ""]
         meaning = lifecycle.status_meanings.get(final)
         if meaning:
@@ -183,8 +188,11 @@ def _reaching_finals(lifecycle: AnyLifecycle) -> list[str]:
         if final in shortest:
             out += [f"Shortest way from creation: {shortest[final]}.", ""]
         out += [
-            "Can be reached from: "
-            + (", ".join(f"`{name}`" for name in origins) or "nowhere")
+            "Reached directly from: "
+            + (", ".join(f"`{name}`" for name in statuses_in_flow_order(lifecycle)
+                         if name in direct) or "nowhere")
+            + ("; and through them from: " + ", ".join(f"`{name}`" for name in origins)
+               if origins else "")
             + ".",
             "",
             f"The last step is one of these {len(into)} rows:" if len(into) != 1
@@ -293,6 +301,8 @@ def _checked(lifecycle: AnyLifecycle) -> list[str]:
 
     exploration, _ = found
     result = explore(exploration)  # deterministic: the same counts on every machine
+    fired = result.coverage.row_fires if result.coverage is not None else {}
+    never = sorted(s.value for s in lifecycle.statuses if s.value not in result.statuses)
     out = [
         "## What the checker explores",
         "",
@@ -304,6 +314,12 @@ def _checked(lifecycle: AnyLifecycle) -> list[str]:
         f"Explored: {result.states:,} states, {result.edges:,} edges ({result.refusals:,} "
         f"refused), depth {result.depth}"
         + (", cut at its bounds" if result.truncated else ", complete") + ".",
+        "",
+        f"Statuses reached: {len(result.statuses)} of {len(lifecycle.statuses)}"
+        + ("; never: " + ", ".join(f"`{name}`" for name in never) if never else "") + "."
+        + " Rows fired (a row that never fires fails the check): "
+        + "; ".join(f"`{row.label}` from `{row.source}` {fired.get(row, 0):,}"
+                    for row in lifecycle.rows) + ".",
         "",
         *_interleaved(exploration),
     ]
@@ -374,7 +390,7 @@ def _beside_the_table(lifecycle: AnyLifecycle) -> list[str]:
             f"Defined in `{function.__module__}`.",
             "",
         ]
-        doc = inspect.getdoc(function) or "(no docstring)"
+        doc = markdown(inspect.getdoc(function) or "(no docstring)")
         out += [("> " + line).rstrip() for line in doc.splitlines()]
         out.append("")
     return out
@@ -486,7 +502,7 @@ def _rule_meaning(rule: FieldRule) -> str:
     if rule.meaning:
         return rule.meaning
     doc = (getattr(rule.check, "__doc__", None) or "").strip().splitlines()
-    return doc[0] if doc else "(no meaning declared)"
+    return doc[0] if doc else "(no meaning declared: give the rule a meaning=)"
 
 
 def _yes(flag: bool) -> str:
@@ -494,8 +510,28 @@ def _yes(flag: bool) -> str:
 
 
 def _plain(text: str) -> str:
-    """Text that Markdown shows as written: a ``<`` that could open an HTML tag is escaped."""
-    return _TAG_START.sub("&lt;", text)
+    """Text that Markdown shows as written: docstring markup made Markdown
+    (:func:`markdown`), a ``<`` that could open an HTML tag escaped."""
+    return _TAG_START.sub("&lt;", markdown(text))
+
+
+_ROLE = re.compile(r":(?:py:)?[a-z]+:`(~?)([^`<]*?)(?:\s*<([^`>]*)>)?`")
+_LITERAL = re.compile(r"(?<!`)``([^`]+)``(?!`)")
+
+
+def markdown(text: str) -> str:
+    """reStructuredText markup of a docstring as Markdown: ````x```` and ``:func:`x```
+    become code (``:func:`~a.b``` shows ``b``; ``:ref:`title <target>``` the title), a
+    paragraph ending in ``::`` ends in ``:``."""
+    def role(found: re.Match[str]) -> str:
+        tilde, shown, target = found.groups()
+        if target is not None:
+            return shown.strip() or f"`{target}`"
+        return f"`{shown.rpartition('.')[2] if tilde else shown}`"
+
+    text = _ROLE.sub(role, text)
+    text = _LITERAL.sub(lambda found: f"`{found[1]}`", text)
+    return re.sub(r"(?<=\S)::$", ":", text, flags=re.MULTILINE)
 
 
 def _cell(text: str) -> str:

@@ -96,7 +96,8 @@ class ReviewRecord:
     lease_token: str | None = attrs.field(validator=token.allow_none())
     lease_expires_at: float | None = attrs.field(validator=time.allow_none())
     decision: str | None = attrs.field(validator=FieldRule(
-        "decision_known", lambda v: v in DECISIONS, optional=True))
+        "decision_known", lambda v: v in DECISIONS, optional=True,
+        meaning="one of: " + ", ".join(DECISIONS)))
     reason: str | None = attrs.field(validator=reason_code.allow_none())
     submitted_at: float = attrs.field(validator=time)
     updated_at: float = attrs.field(validator=time)

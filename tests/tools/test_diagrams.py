@@ -27,7 +27,7 @@ from lifecycles.diagrams import (
     resolve_directory,
     write,
 )
-from lifecycles.diagrams_page import page
+from lifecycles.diagrams_page import markdown, page
 from lifecycles.diagrams_pictures import find_graphviz, mermaid, mermaid_engine_can_draw
 from lifecycles.invariants.core import InvariantSet, field_rules
 from lifecycles.machines.core import Lifecycle
@@ -367,7 +367,7 @@ def test_the_page_tells_an_auditor_everything_the_table_decides(name: str) -> No
     for function in lifecycle.beside_the_table:
         assert f"### `{function.__name__}`" in text
         first_line = (function.__doc__ or "").strip().splitlines()[0]
-        assert f"> {first_line}" in text
+        assert f"> {markdown(first_line)}" in text  # as Markdown, not reStructuredText
 
 
 @pytest.mark.parametrize("name", sorted(registered()))
