@@ -14,6 +14,7 @@ every broken rule and carries the lifecycle's stable public error code.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
@@ -231,20 +232,24 @@ def expressed(build: Callable[[Fields[R]], Expr]) -> Invariant[R]:
 @attrs.frozen
 class StepInvariant(Generic[R]):
     """A named predicate over one step, the record before a row fires and after it (the
-    ``__old__`` of a contract); its docstring is its one-line meaning."""
+    ``__old__`` of a contract); its docstring is its one-line meaning. With
+    ``reads_inputs``, ``holds(before, after, inputs)`` also reads the step's inputs (the
+    clock, the caller's lease token): what a lease rule needs to say who may end it when."""
 
     name: str
-    holds: Callable[[R, R], bool]
+    holds: Callable[..., bool]
     meaning: str
+    reads_inputs: bool = False
 
     def __repr__(self) -> str:
         return f"<step invariant {self.name}>"
 
 
-def step_invariant(function: Callable[[R, R], bool]) -> StepInvariant[R]:
-    """Declare ``function(before, after)`` as a step invariant named after it, explained
-    by its docstring."""
-    return StepInvariant(function.__name__, function, _meaning(function))
+def step_invariant(function: Callable[..., bool]) -> StepInvariant[R]:
+    """Declare ``function(before, after)``, or ``function(before, after, inputs)``, as a
+    step invariant named after it, explained by its docstring."""
+    reads_inputs = len(inspect.signature(function).parameters) == 3
+    return StepInvariant(function.__name__, function, _meaning(function), reads_inputs)
 
 
 class InvariantSet(Generic[R]):
@@ -280,13 +285,22 @@ class InvariantSet(Generic[R]):
             raise InvariantViolation(self.code, broken)
         return record
 
-    def broken_steps(self, before: R, after: R) -> list[str]:
-        """Names of the step invariants the step from ``before`` to ``after`` breaks."""
-        return [rule.name for rule in self.steps if not rule.holds(before, after)]
+    def broken_steps(self, before: R, after: R, inputs: Any = None) -> list[str]:
+        """Names of the step invariants the step from ``before`` to ``after`` (made with
+        ``inputs``) breaks; without ``inputs`` the rules that read them are not asked."""
+        broken = []
+        for rule in self.steps:
+            if rule.reads_inputs:
+                holds = inputs is None or rule.holds(before, after, inputs)
+            else:
+                holds = rule.holds(before, after)
+            if not holds:
+                broken.append(rule.name)
+        return broken
 
-    def check_step(self, before: R, after: R) -> R:
+    def check_step(self, before: R, after: R, inputs: Any = None) -> R:
         """Return ``after``, or raise :class:`StepViolation` naming each broken step rule."""
-        broken = self.broken_steps(before, after) if self.steps else ()
+        broken = self.broken_steps(before, after, inputs) if self.steps else ()
         if broken:
             raise StepViolation(self.code, broken)
         return after

@@ -332,6 +332,71 @@ def final_records_never_change(before: MonitorRecord, after: MonitorRecord) -> b
     )
 
 
+# The lease rules read the step's inputs (who asks, when): a record alone cannot tell an
+# expiry from its holder's late completion.
+
+
+REGISTRATION_IDENTITY = (
+    "notification_id", "site_id", "terminal_status", "notification_sha256", "max_failures",
+)
+"""What identifies a notification: registering it again must repeat these exactly."""
+
+
+def _holder(before: MonitorRecord, i: Any) -> bool:
+    return bool(i.worker_id == before.lease_owner and i.lease_token == before.lease_token)
+
+
+@step_invariant
+def claimed_only_when_due(before: MonitorRecord, after: MonitorRecord) -> bool:
+    """A record enters the leased status only at or after its next poll time."""
+    return (
+        after.status != MonitorStatus.LEASED or before.status == MonitorStatus.LEASED
+        or after.updated_at >= before.next_poll_at
+    )
+
+
+@step_invariant
+def lease_ends_by_its_holder_or_by_expiry(
+    before: MonitorRecord, after: MonitorRecord, i: Any
+) -> bool:
+    """A lease ends by its holder while it is live, or by another once it has expired."""
+    if before.status != MonitorStatus.LEASED or after.status == MonitorStatus.LEASED:
+        return True
+    expired = before.lease_expires_at is not None and i.now >= before.lease_expires_at
+    return expired != _holder(before, i)
+
+
+@step_invariant
+def lost_lease_fails_only_the_last_failure(
+    before: MonitorRecord, after: MonitorRecord, i: Any
+) -> bool:
+    """A lease lost to expiry fails the item only when it was its last allowed failure."""
+    return (
+        before.status != MonitorStatus.LEASED or after.status != MonitorStatus.FAILED
+        or _holder(before, i) or after.failures >= after.max_failures
+    )
+
+
+@step_invariant
+def retryable_failure_retried(before: MonitorRecord, after: MonitorRecord, i: Any) -> bool:
+    """A retryable read failure with failures left sends the item to retry_wait."""
+    return (
+        before.status != MonitorStatus.LEASED or i.error_code is None or not i.retryable
+        or before.failures + 1 >= before.max_failures
+        or after.status == MonitorStatus.RETRY_WAIT
+    )
+
+
+@step_invariant
+def registering_again_changes_nothing(
+    before: MonitorRecord, after: MonitorRecord, i: Any
+) -> bool:
+    """Registering again changes nothing, and only the same notification may be."""
+    new = i.registration
+    return new is None or (after == before and all(
+        getattr(new, name) == getattr(before, name) for name in REGISTRATION_IDENTITY))
+
+
 MONITOR_INVARIANTS: InvariantSet[MonitorRecord] = InvariantSet(
     STATE_INVALID,
     [
@@ -354,6 +419,11 @@ MONITOR_INVARIANTS: InvariantSet[MonitorRecord] = InvariantSet(
         poll_attempts_never_decrease,
         failures_reset_only_by_an_answer,
         final_records_never_change,
+        claimed_only_when_due,
+        lease_ends_by_its_holder_or_by_expiry,
+        lost_lease_fails_only_the_last_failure,
+        retryable_failure_retried,
+        registering_again_changes_nothing,
     ],
 )
 

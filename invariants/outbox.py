@@ -297,6 +297,32 @@ def quarantined_has_reason(r: OutboxRecord) -> bool:
     return r.state != OutboxStatus.QUARANTINED or bool(r.last_error)
 
 
+def attempt_unanswered(r: OutboxRecord) -> bool:
+    """An attempt was durably counted and not yet answered: attempts >= 1, no last_error."""
+    return r.attempts >= 1 and r.last_attempt_at is not None and r.last_error is None
+
+
+@step_invariant
+def enqueue_again_changes_nothing(before: OutboxRecord, after: OutboxRecord, i: Any) -> bool:
+    """Enqueuing again changes nothing, and only the very same intent may be enqueued again."""
+    digest = i.intent_digest
+    return digest is None or (after == before and intent_digest(before.intent()) == digest)
+
+
+@step_invariant
+def delivered_only_after_an_attempt(before: OutboxRecord, after: OutboxRecord) -> bool:
+    """A record is delivered only after an attempt was counted and not yet answered."""
+    return (after.state != OutboxStatus.DELIVERED or before.state == OutboxStatus.DELIVERED
+            or attempt_unanswered(before))
+
+
+@step_invariant
+def failure_answers_an_attempt(before: OutboxRecord, after: OutboxRecord, i: Any) -> bool:
+    """A failed delivery answers a counted attempt, keeps the intent pending, says why."""
+    return i.error is None or (attempt_unanswered(before)
+                               and after.state == OutboxStatus.PENDING and bool(after.last_error))
+
+
 @step_invariant
 def attempts_never_decrease(before: OutboxRecord, after: OutboxRecord) -> bool:
     """attempts never decreases."""
@@ -318,7 +344,8 @@ OUTBOX_INVARIANTS: InvariantSet[OutboxRecord] = InvariantSet(
         entry_id_matches_identity,
         quarantined_has_reason,
     ],
-    steps=[attempts_never_decrease, intent_never_changes],
+    steps=[attempts_never_decrease, intent_never_changes, enqueue_again_changes_nothing,
+           delivered_only_after_an_attempt, failure_answers_an_attempt],
 )
 
 
@@ -412,6 +439,7 @@ __all__ = [
     "OutboxRecord",
     "OutboxStatus",
     "PlacedRecord",
+    "attempt_unanswered",
     "bounded_json",
     "canonical_json",
     "describe",

@@ -10,7 +10,11 @@ For each lifecycle (every registered one, those named, or those a ``--module`` d
    in every reached state, and every table row and every status must be reached;
 4. for a leased lifecycle that declares workers, their interleavings on the lease
    protocol (:mod:`lifecycles.machines.interleaving`): the invariants and the
-   protocol's own properties (``--workers N --records M`` change how many).
+   protocol's own properties (``--workers N --records M`` change how many);
+5. with ``--mutants``, every table mutant (a guard dropped or flipped, a row sent
+   elsewhere or deleted, a row out of a final status, an invariant unregistered) checked
+   the same way: each must be killed or declared equivalent, with a reason
+   (:mod:`lifecycles.checker_mutants`); ``--mutant-traces`` shows how each was killed.
 
 It prints the figures (states, edges, depth, time, states/s, fires per row). A violation
 prints the shortest trace and writes it as a pytest file that replays it from any
@@ -29,7 +33,8 @@ exit codes:
   1  a check failed: an invariant violation (trace and replay file printed), a
      definition check, a recorded status the table no longer declares, a row never
      fired, a status never reached, no exploration inputs, a finding of the
-     interleaved workers (trace and replay file printed)
+     interleaved workers (trace and replay file printed), a table mutant that
+     survives (with --mutants)
   2  the check could not run; one line on stderr says where and what to do (with
      --json also {"error": CODE, "message": ...} on stdout; --traceback adds the
      Python traceback on stderr):
@@ -68,6 +73,8 @@ from typing import Any, TextIO
 
 import attrs
 
+from lifecycles.checker_mutants import MutantReport, check_mutants
+from lifecycles.checker_mutants import figures as mutant_figures
 from lifecycles.checker_workers import bounds_arguments, check_workers, sized
 from lifecycles.checker_workers import figures as interleaving_figures
 from lifecycles.loading import (
@@ -195,6 +202,7 @@ class Outcome:
     result: ExplorationResult | None = None
     replay_path: Path | None = None
     interleaving: InterleavingResult | None = None
+    mutants: MutantReport | None = None
 
     @property
     def ok(self) -> bool:
@@ -250,7 +258,7 @@ def _raised_in_step(target: Target, exploration: AnyExploration, violation: Viol
 
 
 def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path: Path | None,
-              trace_dir: Path, out: TextIO) -> Outcome:
+              trace_dir: Path, out: TextIO, mutants: str | None = None) -> Outcome:
     """Check one lifecycle, printing to ``out``; ``snapshot_path`` is ``None`` when no
     snapshot was found. Raises :class:`CheckerError` (``check_raised``) when user code
     raises during the exploration."""
@@ -341,6 +349,9 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
         say(f"  FAIL statuses never reached: {missing_statuses}")
     _check_liveness(result, exploration, say, outcome)
     outcome.interleaving = check_workers(target, exploration, trace_dir, say, outcome)
+    if mutants is not None and outcome.ok:  # a failing lifecycle's mutants tell nothing
+        outcome.mutants = check_mutants(exploration, say, outcome,
+                                        show_traces=mutants == "traces")
     say("  OK" if outcome.ok else f"  FAILED: {'; '.join(outcome.failures)}")
     return outcome
 
@@ -403,7 +414,7 @@ def _outcome_json(target: Target, outcome: Outcome) -> dict[str, Any]:
     }
     return {"name": outcome.name, "table_version": target.lifecycle.table_version,
             "ok": outcome.ok, "failures": outcome.failures, **figures,
-            **interleaving_figures(outcome.interleaving),
+            **interleaving_figures(outcome.interleaving), **mutant_figures(outcome.mutants),
             "replay": None if outcome.replay_path is None else str(outcome.replay_path)}
 
 
@@ -452,7 +463,8 @@ def run_check(names: Sequence[str] = (), modules: Sequence[str] = (), *,
               trace_dir: Path = Path(TRACE_DIR_DEFAULT), out: TextIO | None = None,
               err: TextIO | None = None, as_json: bool = False,
               show_traceback: bool = False, bounds: Sequence[str] = (),
-              workers: int | None = None, records: int | None = None) -> int:
+              workers: int | None = None, records: int | None = None,
+              mutants: str | None = None) -> int:
     """Check the chosen lifecycles; 0 when all pass, 1 otherwise, 2 when it cannot run.
 
     Without ``snapshot_path`` the snapshot is looked for (:func:`find_snapshot`); a
@@ -462,7 +474,7 @@ def run_check(names: Sequence[str] = (), modules: Sequence[str] = (), *,
     err = err or sys.stderr
     try:
         return _run(names, modules, snapshot_path, record, trace_dir, out, as_json, bounds,
-                    workers, records)
+                    workers, records, mutants)
     except CheckerError as error:
         return report_error(error, out=out, err=err, as_json=as_json,
                             show_traceback=show_traceback)
@@ -471,7 +483,7 @@ def run_check(names: Sequence[str] = (), modules: Sequence[str] = (), *,
 def _run(names: Sequence[str], modules: Sequence[str], snapshot_path: Path | None,
          record: bool, trace_dir: Path, out: TextIO, as_json: bool,
          bounds: Sequence[str] = (), workers: int | None = None,
-         records: int | None = None) -> int:
+         records: int | None = None, mutants: str | None = None) -> int:
     started = time.perf_counter()
     search: SnapshotSearch | None = None
     if snapshot_path is None:
@@ -488,7 +500,7 @@ def _run(names: Sequence[str], modules: Sequence[str], snapshot_path: Path | Non
                         "detected — pass an existing --statuses FILE or run --record-statuses")
     chosen = sized(rebound(targets(names, modules), bounds), workers, records)
     human = io.StringIO() if as_json else out  # --json: one JSON object, nothing else
-    outcomes = [check_one(t, snapshot, path, trace_dir, human) for t in chosen]
+    outcomes = [check_one(t, snapshot, path, trace_dir, human, mutants) for t in chosen]
     recorded_in: Path | None = None
     if record:
         failed_otherwise = [o.name for o in outcomes
@@ -544,6 +556,11 @@ def register(subparsers: Any) -> None:
                              "exploration declares it (the monitor: max_failures=1..8); "
                              "repeatable")
     bounds_arguments(parser)
+    parser.add_argument("--mutants", action="store_const", const="report", default=None,
+                        help="also check every table mutant of each lifecycle: each must be "
+                             "killed or declared equivalent (exit 1 otherwise)")
+    parser.add_argument("--mutant-traces", dest="mutants", action="store_const",
+                        const="traces", help="--mutants, and say how each mutant was killed")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout (the outcome, or the error)")
     parser.add_argument("--traceback", action="store_true",
@@ -563,4 +580,4 @@ def _handle(args: argparse.Namespace) -> int:
     return run_check(args.names, args.module, snapshot_path=statuses,
                      record=args.record_statuses, trace_dir=args.trace_dir,
                      as_json=args.json, show_traceback=args.traceback, bounds=args.bound,
-                     workers=args.workers, records=args.records)
+                     workers=args.workers, records=args.records, mutants=args.mutants)

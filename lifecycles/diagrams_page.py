@@ -323,6 +323,7 @@ def _checked(lifecycle: AnyLifecycle) -> list[str]:
         "",
         *_interleaved(exploration),
     ]
+    out += _equivalent_mutants(exploration)
     if not exploration.accepted_cycles:
         return [*out, "No cycle avoids the final statuses.", ""]
     return out + _table_section(
@@ -333,6 +334,23 @@ def _checked(lifecycle: AnyLifecycle) -> list[str]:
         ("triggers", "why it is intended"),
         (_row(", ".join(f"`{t}`" for t in sorted(cycle.triggers)), _cell(cycle.reason))
          for cycle in exploration.accepted_cycles),
+    )
+
+
+def _equivalent_mutants(exploration: Exploration[Any]) -> list[str]:
+    """The table mutants declared harmless, and why (``lifecycles check --mutants``)."""
+    if not exploration.equivalent_mutants:
+        return []
+    return _table_section(
+        "Table mutants declared equivalent",
+        "`lifecycles check --mutants` makes every mistaken row an author could write (a "
+        "guard dropped or flipped, a row sent elsewhere or deleted, a row out of a final "
+        "status, an invariant unregistered) and checks each: every one must fail the check, "
+        "except these, declared harmless with the reason. An invariant is listed when no "
+        "mistaken row breaks it: it guards what the effects write and what stored rows carry.",
+        ("mutant", "why it is harmless"),
+        (_row(f"`{declared.name}`", _cell(declared.reason))
+         for declared in exploration.equivalent_mutants),
     )
 
 

@@ -417,7 +417,7 @@ class Lifecycle(Generic[R, I]):
         except FieldRuleViolation as error:
             raise InvariantViolation(self.invariants.code, [error.rule]) from error
         self.invariants.check(new)
-        self.invariants.check_step(record, new)
+        self.invariants.check_step(record, new, inputs)
         for observer in self._observers:
             observer.fired(self, row, record, new)
         return new

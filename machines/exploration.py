@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
 
     from lifecycles.machines.interleaving import Workers
+    from lifecycles.machines.mutants import EquivalentMutant
 
 R = TypeVar("R")
 C = TypeVar("C")
@@ -89,6 +90,19 @@ class Move(Generic[R, C]):
 
         listed = list(self.choices(record))
         return st.one_of(st.just(listed[0]), st.sampled_from(listed))
+
+
+class ExpectationBroken(InvariantViolation):
+    """A move's declared expectation about its own step broke: a step the exploration
+    says must be accepted was refused, or one ended elsewhere than declared (the checker
+    reports it as any broken rule, with the shortest trace)."""
+
+    def __init__(self, rule: str, detail: str) -> None:
+        super().__init__("lifecycles.expectation_broken", [rule])
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}: {self.detail}"
 
 
 def trigger_move(
@@ -171,6 +185,8 @@ class Exploration(Generic[R]):
     #: For a leased lifecycle: its workers, explored interleaved on the lease protocol
     #: (:mod:`lifecycles.machines.interleaving`).
     workers: Workers[R] | None = None
+    #: Table mutants declared harmless, with why (``lifecycles check --mutants``).
+    equivalent_mutants: tuple[EquivalentMutant, ...] = ()
 
     def sources(self, move: Move[R, Any]) -> frozenset[str]:
         """Statuses ``move`` may start from: the sources of its triggers in the table."""
@@ -383,6 +399,7 @@ PROGRESS_AFTER = 2.0
 def explore(
     exploration: Exploration[R], *, keep_records: bool = False, keep_graph: bool = False,
     progress: Callable[[ExplorationResult], None] | None = None,
+    moves_start_as: Exploration[R] | None = None,
 ) -> ExplorationResult:
     """Breadth-first search of every abstract state within the declared bounds.
 
@@ -390,7 +407,9 @@ def explore(
     state (to compare abstractions, say); with ``keep_graph`` it keeps every edge, for
     the liveness analysis (:mod:`lifecycles.machines.liveness`). ``progress`` is called
     with the figures so far (states, edges, depth, seconds) once the search has run for
-    :data:`PROGRESS_AFTER` seconds, then about once a second.
+    :data:`PROGRESS_AFTER` seconds, then about once a second. ``moves_start_as``: the
+    exploration whose table says where each move may start (default: this one; a table
+    mutant is tried from where the declared table's moves start).
     """
     lifecycle = exploration.lifecycle
     result = ExplorationResult(lifecycle.name)
@@ -436,7 +455,8 @@ def explore(
 
     # The moves that may start from each status (their triggers' sources), found once.
     moves_from: dict[str, tuple[Move[R, Any], ...]] = {}
-    sources = {move.name: exploration.sources(move) for move in exploration.moves}
+    sources = {move.name: (moves_start_as or exploration).sources(move)
+               for move in exploration.moves}
 
     def fail(kind: str, error: BaseException | None, message: str, rules: tuple[str, ...],
              parent: int, step: Step | None) -> None:

@@ -30,6 +30,7 @@ from lifecycles.invariants.monitor import (
     ANSWER_RULES,
     ANSWER_SHAPE,
     MONITOR_INVARIANTS,
+    REGISTRATION_IDENTITY,
     RESPONSE_INVALID,
     STATE_INVALID,
     STATUS_SCHEMA,
@@ -335,10 +336,7 @@ def new_record(
 
 Record = MonitorRecord
 Inputs = MonitorInputs
-# What makes a registration the same one (the reference compares these columns).
-REGISTRATION_IDENTITY = (
-    "notification_id", "site_id", "terminal_status", "notification_sha256", "max_failures",
-)
+
 
 
 @guard(refusal_code=CODE + "idempotency_collision")

@@ -50,8 +50,10 @@ from typing import Any
 
 import attrs
 
+from lifecycles.machines.core import TransitionRefused
 from lifecycles.machines.exploration import (
     AcceptedCycle,
+    ExpectationBroken,
     Exploration,
     Fire,
     Move,
@@ -63,6 +65,7 @@ from lifecycles.machines.interleaving import Work, Workers
 from lifecycles.machines.lease import StepOn
 from lifecycles.machines.monitor import (
     MONITOR,
+    RESPONSE_INVALID,
     STATUS_SCHEMA,
     FireMonitor,
     MonitorInputs,
@@ -76,6 +79,7 @@ from lifecycles.machines.monitor import (
     read_answer,
     reader_error_code,
 )
+from lifecycles.machines.monitor_mutants import EQUIVALENT_MUTANTS
 
 START = 1000.0
 LEASE_SECONDS = 600.0
@@ -155,6 +159,15 @@ def register_inputs(r: MonitorRecord) -> list[MonitorInputs]:
     return [MonitorInputs(now=r.updated_at, registration=new) for new in (same, other)]
 
 
+def _register_again(fire: Fire, record: MonitorRecord, inputs: MonitorInputs) -> MonitorRecord:
+    """Registering the very same notification again is accepted and changes nothing."""
+    same = inputs.registration is not None and (
+        inputs.registration.notification_id == record.notification_id)
+    after: MonitorRecord = _accepted(lambda: fire("register", record, inputs), same,
+                                     "registering the same notification again")
+    return after
+
+
 def expiry_inputs(r: MonitorRecord) -> list[MonitorInputs]:
     times = near(r.updated_at, r.lease_expires_at)
     return [MonitorInputs(now=now, policy=POLICY) for now in times]
@@ -175,6 +188,8 @@ class Poll:
     inputs: MonitorInputs
     response: object
     label: str
+    #: The live lease holder completes: the step must be accepted (the checker's polls).
+    must_be_accepted: bool = False
 
 
 def receiver_answer(r: MonitorRecord, **fields: Any) -> dict[str, Any]:
@@ -262,7 +277,7 @@ def _live_polls(r: MonitorRecord, kinds: list[tuple[str, object]]) -> list[Poll]
     held = held_inputs(r)
     expiry = r.lease_expires_at if r.lease_expires_at is not None else r.updated_at + 1.0
     return [
-        Poll(attrs.evolve(held, now=now), response, label)
+        Poll(attrs.evolve(held, now=now), response, label, must_be_accepted=True)
         for now in sorted({r.updated_at, expiry - 1.0})
         for label, response in kinds
     ]
@@ -315,6 +330,58 @@ class ReadFailure:
 
     inputs: MonitorInputs
     error: BaseException
+    must_be_accepted: bool = False
+
+
+# --- what each kind of answer must lead to (checked on every step the moves take) ------
+
+REJECTED = frozenset({"not a mapping", "a field missing", "another schema", "another event",
+                      "other capabilities", "attempts above max", "leased without expiry",
+                      "retry_wait without error", "failed without error",
+                      "error code on success"})
+"""Labels of the answers that must end the attempt with response_invalid."""
+
+ANSWERED = {"pending": "watching", "leased": "watching", "leased, lease expired": "watching",
+            "retry_wait with error": "watching", "succeeded": "succeeded",
+            "failed with error": "failed"}
+"""Where each valid kind of answer takes the item: the trigger its kind names fires."""
+
+
+def _expect(accepted: bool, rule: str, detail: str) -> None:
+    if not accepted:
+        raise ExpectationBroken(rule, detail)
+
+
+def _classified(poll: Poll, after: MonitorRecord) -> MonitorRecord:
+    """The answer ended as its kind declares (REJECTED, ANSWERED)."""
+    invalid = after.last_error_code == RESPONSE_INVALID
+    if poll.label in REJECTED:
+        _expect(invalid and after.status == "failed", "rejected_answer_ends_response_invalid",
+                f"{poll.label!r} ended {after.status} with {after.last_error_code}")
+    elif poll.label in ANSWERED:
+        _expect(not invalid and after.status == ANSWERED[poll.label],
+                "valid_answer_fires_its_trigger",
+                f"{poll.label!r} ended {after.status}, not {ANSWERED[poll.label]}")
+    return after
+
+
+def _failure_classified(record: MonitorRecord, code: str, retryable: bool,
+                        after: MonitorRecord) -> MonitorRecord:
+    """A read failure is retried exactly when reader_error_code says it may be."""
+    retried = retryable and record.failures + 1 < record.max_failures
+    expected = "retry_wait" if retried else "failed"
+    _expect(after.status == expected and after.last_error_code == code,
+            "retryability_follows_reader_error_code",
+            f"{code} (retryable={retryable}) ended {after.status}, not {expected}")
+    return after
+
+
+def _accepted(step: Callable[[], MonitorRecord], must: bool, what: str) -> MonitorRecord:
+    try:
+        return step()
+    except TransitionRefused as refused:
+        _expect(not must, "live_holder_is_never_refused", f"{what} refused: {refused}")
+        raise
 
 
 # --- the moves: one per trigger -------------------------------------------------------
@@ -323,7 +390,9 @@ class ReadFailure:
 def _completion(complete: Completer) -> Callable[[Fire, MonitorRecord, Poll], MonitorRecord]:
     def run(fire: Fire, record: MonitorRecord, poll: Poll) -> MonitorRecord:
         answer = parse_answer(poll.response, record, CAPABILITIES_SHA256)
-        return complete(record, answer, poll.inputs, fire)
+        after = _accepted(lambda: complete(record, answer, poll.inputs, fire),
+                          poll.must_be_accepted, f"the holder's answer {poll.label!r}")
+        return _classified(poll, after)
 
     return run
 
@@ -336,8 +405,9 @@ def _fail_attempt(complete: Completer) -> Callable[[Fire, MonitorRecord, Any], M
             return completion(fire, record, choice)
         code, retryable = reader_error_code(choice.error)
         inputs = attrs.evolve(choice.inputs, error_code=code, retryable=retryable)
-        result: MonitorRecord = fire("fail_attempt", record, inputs)
-        return result
+        after: MonitorRecord = _accepted(lambda: fire("fail_attempt", record, inputs),
+                                         choice.must_be_accepted, f"the holder's {code}")
+        return _failure_classified(record, code, retryable, after)
 
     return run
 
@@ -349,7 +419,8 @@ def _describe_fail_attempt(r: MonitorRecord, choice: ReadFailure | Poll) -> str:
 
 
 def fail_attempt_choices(r: MonitorRecord) -> list[ReadFailure | Poll]:
-    failures: list[ReadFailure | Poll] = [ReadFailure(held_inputs(r), e) for e in READER_ERRORS]
+    failures: list[ReadFailure | Poll] = [
+        ReadFailure(held_inputs(r), error, must_be_accepted=True) for error in READER_ERRORS]
     return failures + _live_polls(r, rejected_responses(r))
 
 
@@ -431,8 +502,8 @@ def monitor_exploration(
         )
 
     moves: Sequence[Move[MonitorRecord, Any]] = (
-        trigger_move("register", register_inputs,
-                     meaning="the same event id is registered again"),
+        Move(name="register", triggers=("register",), choices=register_inputs,
+             run=_register_again, meaning="the same event id is registered again"),
         trigger_move("claim", claim_inputs, strategy=strategy_in(STRATEGIES, "claim_strategy"),
                      describe=_describe_timed, meaning="a worker leases the item"),
         trigger_move("expire_lease", expiry_inputs,
@@ -479,6 +550,7 @@ def monitor_exploration(
         ),
         tunable={"max_failures": (low, high)},
         workers=monitor_workers(),
+        equivalent_mutants=EQUIVALENT_MUTANTS,
         rebound=lambda bounds: monitor_exploration(complete, bounds["max_failures"]),
     )
 

@@ -41,6 +41,7 @@ from lifecycles.invariants.outbox import (
     RECORD_INVALID,
     OutboxRecord,
     OutboxStatus,
+    attempt_unanswered,
     intent_digest,
     normalise_text,
     timestamp_problem,
@@ -102,11 +103,6 @@ Inputs = OutboxInputs
 def same_intent(r: Record, i: Inputs) -> bool:
     """The enqueued intent is byte-for-byte the stored one (equal intent digests)."""
     return i.intent_digest is not None and intent_digest(r.intent()) == i.intent_digest
-
-
-def attempt_unanswered(r: Record) -> bool:
-    """An attempt was durably counted and not yet answered: attempts >= 1, no last_error."""
-    return r.attempts >= 1 and r.last_attempt_at is not None and r.last_error is None
 
 
 @guard(refusal_code=CODE + "not_attempted")

@@ -30,12 +30,17 @@ from lifecycles.invariants.outbox import (
     entry_id_for,
     intent_digest,
 )
+from lifecycles.machines.core import TransitionRefused
 from lifecycles.machines.exploration import (
     AcceptedCycle,
+    ExpectationBroken,
     Exploration,
+    Fire,
+    Move,
     strategy_in,
     trigger_move,
 )
+from lifecycles.machines.mutants import EquivalentMutant
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs
 
 ENQUEUED_AT = "2026-01-01T00:00:00+00:00"
@@ -75,6 +80,19 @@ def enqueue_inputs(r: OutboxRecord) -> list[OutboxInputs]:
             for digest in (same, OTHER_DIGEST, None)]
 
 
+def _enqueue_again(fire: Fire, record: OutboxRecord, inputs: OutboxInputs) -> OutboxRecord:
+    """The very same intent enqueued again is accepted (and changes nothing)."""
+    try:
+        after: OutboxRecord = fire("enqueue", record, inputs)
+    except TransitionRefused as refused:
+        if inputs.intent_digest == intent_digest(record.intent()):
+            raise ExpectationBroken("same_intent_is_accepted_again",
+                                    f"the same intent enqueued again was refused: {refused}"
+                                    ) from refused
+        raise
+    return after
+
+
 def timed_inputs(r: OutboxRecord) -> list[OutboxInputs]:
     return [OutboxInputs(now=LATER)]
 
@@ -105,13 +123,32 @@ STRATEGIES = "lifecycles.testing.outbox"
 """Where the generated tests' strategies live (test code, imported only when drawn)."""
 
 
+_INTENT_RULE = (
+    "no row of the table can break it: the intent is fixed when it is enqueued and no row "
+    "writes it (intent_never_changes); it refuses a malformed intent at enqueue and a "
+    "foreign file on every read")
+
+EQUIVALENT_MUTANTS: tuple[EquivalentMutant, ...] = (
+    *(EquivalentMutant(f"drop_invariant {name}", _INTENT_RULE) for name in (
+        "complete_carries_no_error_or_reopen", "fail_carries_error",
+        "intent_within_payload_bound", "entry_id_matches_identity")),
+    EquivalentMutant(
+        "drop_invariant attempts_never_decrease",
+        "only record_attempt writes attempts, adding one: no row choice can lower it"),
+    EquivalentMutant(
+        "drop_invariant intent_never_changes",
+        "no effect of the table writes an intent field: only a wrong effect could"),
+)
+"""The outbox's table mutants declared equivalent, each with why it is harmless."""
+
+
 EXPLORATION: Exploration[OutboxRecord] = Exploration(
     lifecycle=OUTBOX,
     initial=initial_records,
     moves=(
-        trigger_move("enqueue", enqueue_inputs,
-                     strategy=strategy_in(STRATEGIES, "enqueue_strategy"), describe=_describe,
-                     meaning="the same identity is enqueued again"),
+        Move(name="enqueue", triggers=("enqueue",), choices=enqueue_inputs,
+             run=_enqueue_again, strategy=strategy_in(STRATEGIES, "enqueue_strategy"),
+             describe=_describe, meaning="the same identity is enqueued again"),
         trigger_move("attempt", timed_inputs, describe=_describe,
                      meaning="replay counts a delivery attempt"),
         trigger_move("deliver", timed_inputs, describe=_describe,
@@ -136,4 +173,5 @@ EXPLORATION: Exploration[OutboxRecord] = Exploration(
             "a pending intent is replayed until it is delivered or quarantined: at-least-"
             "once delivery never gives up on its own, as in the reference"),
     ),
+    equivalent_mutants=EQUIVALENT_MUTANTS,
 )

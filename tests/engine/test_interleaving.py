@@ -90,12 +90,24 @@ def test_a_monitor_completion_without_the_holders_token_is_found(completion: str
     mutant = attrs.evolve(MONITOR_EXPLORATION, lifecycle=variant(MONITOR, table))
     finding = explore_workers(mutant).finding
     assert finding is not None
-    assert finding.kind == "superseded_completion"
+    # The lease step invariant refuses the late completion first...
+    assert finding.kind == "invariant"
+    assert "lease_ends_by_its_holder_or_by_expiry" in finding.rules
     steps = [(step.actor, step.action) for step in finding.trace]
-    # Claimed, lost to the clock and another worker, completed late: and accepted.
+    # Claimed, lost to the clock and another worker, completed late.
     assert steps[0][1] == "claim" and ("clock", "tick") in steps
     assert steps[-1][1] == "complete"
     assert steps[-1][0] != [actor for actor, action in steps if action == "claim"][-1]
+
+
+def test_without_the_lease_step_invariant_the_protocol_property_finds_it() -> None:
+    table = without_guard(MONITOR.table, "observe_success", "lease_is_held")
+    declared = MONITOR.invariants
+    steps = [s for s in declared.steps if s.name != "lease_ends_by_its_holder_or_by_expiry"]
+    weaker = variant(MONITOR, table, invariants=InvariantSet(
+        declared.code, declared.invariants, steps=steps))
+    finding = explore_workers(attrs.evolve(MONITOR_EXPLORATION, lifecycle=weaker)).finding
+    assert finding is not None and finding.kind == "superseded_completion"
 
 
 def test_the_late_completion_defect_is_found_with_the_shortest_interleaving() -> None:
