@@ -168,7 +168,8 @@ def _judge_fields(record_type: type, values: Mapping[str, Any]) -> list[RuleChec
 def _build(record_type: type, values: Mapping[str, Any], checked: bool) -> Any:
     """The record of ``values``, or ``None`` when it cannot be built at all. Unchecked
     (field rules off) for values that break a field rule: the invariants and guards
-    are still asked, each answer guarded, rather than nothing explained."""
+    are still asked, each answer guarded, rather than nothing explained. (attrs' switch
+    is process-wide: meant for a command's one call, not for a threaded server.)"""
     try:
         if checked:
             return record_type(**values)
