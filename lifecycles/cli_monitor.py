@@ -1,4 +1,10 @@
-"""`lifecycles monitor health|status`: the monitor's answers for operators and scripts.
+"""`lifecycles monitor health|status|explain`: the monitor's answers for operators and scripts.
+
+``explain EVENT_ID`` investigates one item: its status, every row open from it with each
+guard true or false for the inputs assumed now (a claim by a new worker, a completion
+by the lease holder), the row each trigger would fire, and every rule it keeps or
+breaks; a broken item is explained, not refused. ``--mermaid`` draws its status and
+the rows leaving it.
 
 The database is a SQLite file (``--db FILE``) or a PostgreSQL database (``--dsn DSN``).
 ``--capabilities`` is the SHA-256 your workers pass as ``expected_capabilities_sha256``;
@@ -22,14 +28,23 @@ from pathlib import Path
 from typing import Any
 
 from lifecycles.cli import CommandError, Parser, add_command, exit_code_table
-from lifecycles.invariants.monitor import capabilities_rule
-from lifecycles.machines.monitor import CODE
+from lifecycles.explain import (
+    Explanation,
+    explain,
+    monitor_inputs_now,
+    print_explanation,
+)
+from lifecycles.explain_stored import sql_values
+from lifecycles.invariants.monitor import capabilities_rule, event_id_rule
+from lifecycles.invariants.monitor import time as time_rule
+from lifecycles.machines.monitor import CODE, MONITOR, plain_value
 from lifecycles.monitor import (
     DurableTerminalProcessingMonitor,
     InputInvalid,
     StateInvalid,
     TerminalProcessingMonitorBlocked,
 )
+from lifecycles.monitor_errors import blocked, public_errors, refused
 from lifecycles.monitor_schema import META, TABLE
 
 MONITOR_TABLE, META_TABLE = TABLE, META  # the reference's names, declared in monitor_schema
@@ -47,7 +62,8 @@ EXIT_UNREACHABLE = 9
 
 EXIT_CODES = (
     (EXIT_OK, "answered (health: status ok)"),
-    (EXIT_BLOCKED, "health answered `blocked`: expired leases or failed items"),
+    (EXIT_BLOCKED, "health answered `blocked`: expired leases or failed items; explain "
+                   "answered: the item breaks rules (named in the output)"),
     (EXIT_USAGE, "usage error: a missing or malformed argument (error `usage`, "
                  "`capabilities_invalid`, `time_invalid`, `event_invalid`, `dsn_invalid`)"),
     (EXIT_REFUSED, "the monitor refused; the code is printed (`missing`, `state_invalid` with "
@@ -100,14 +116,20 @@ def register(subparsers: Any) -> None:
     for name, handler, summary in (
         ("health", _health, "counts, due items, expired leases; exit 1 when blocked"),
         ("status", _status, "one item's status"),
+        ("explain", _explain, "one item: its status, the rows open from it and which of "
+                              "their guards hold now, the invariants it keeps"),
     ):
         command = commands.add_parser(
             name, parents=[common], help=summary, description=f"{summary}.\n\n{__doc__}",
             epilog=exit_code_table(EXIT_CODES),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        if name == "status":
+        if name in ("status", "explain"):
             command.add_argument("event_id", metavar="EVENT_ID")
+        if name == "explain":
+            command.add_argument("--mermaid", action="store_true",
+                                 help="draw the item's status and the rows leaving it as "
+                                      "Mermaid (with --json: a `mermaid` key)")
         command.set_defaults(handler=handler)
 
 
@@ -337,3 +359,21 @@ def _status(args: argparse.Namespace) -> int:
         for name, value in fields.items():
             print(f"{name:<{width}}  {'-' if value is None else value}")
     return EXIT_OK
+
+
+def _explain(args: argparse.Namespace) -> int:
+    def ask(monitor: DurableTerminalProcessingMonitor, now: float) -> Explanation:
+        key = plain_value(args.event_id)
+        if not event_id_rule.check(key):
+            raise refused(event_id_rule.name)
+        if not time_rule.check(now):
+            raise refused(time_rule.name)
+        with public_errors(monitor.store):
+            values = sql_values(monitor.store, key)
+        if values is None:
+            raise blocked(CODE + "missing")
+        return explain(MONITOR, values, monitor_inputs_now(float(now)),
+                       where=f"{MONITOR_TABLE} in {args.db or 'the PostgreSQL database'}",
+                       now=str(now))
+
+    return print_explanation(MONITOR, _answer(args, ask), args.json, args.mermaid)

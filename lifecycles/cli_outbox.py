@@ -1,10 +1,16 @@
-"""`lifecycles outbox status`: what a close outbox holds, for operators and scripts.
+"""`lifecycles outbox status|explain`: what a close outbox holds, for operators and scripts.
 
 Prints the pending, delivered and quarantined counts, the oldest pending intent,
 pending or delivered files the outbox cannot trust (the next replay quarantines
 pending ones), and every quarantined item with its reason. Read-only: nothing is
 created (not even the lock file), moved, re-moded or removed; the lock is taken
 when a writer has ever created it, so the answer is one consistent view.
+
+``explain ENTRY_ID`` investigates one entry, wherever it is (delivered, pending or
+quarantined): its status, every row open from it with each guard true or false for
+what a replay would pass now, and every rule it keeps or breaks; an entry the outbox
+cannot trust is explained, not refused. ``--mermaid`` draws its status and the rows
+leaving it. Read-only, like ``status``.
 
 Errors are one line on stderr; with ``--json`` also ``{"error": CODE, "message": ...}``
 on stdout.
@@ -14,13 +20,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import datetime
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from lifecycles.cli import CommandError, add_command
+from lifecycles.explain import explain, outbox_inputs_now, print_explanation
+from lifecycles.explain_stored import files_entry
 from lifecycles.invariants.outbox import OutboxRecord
-from lifecycles.machines.outbox import OUTBOX
+from lifecycles.machines.outbox import OUTBOX, iso_timestamp
 from lifecycles.outbox import (
     OUTBOX_DIRECTORY,
     OUTBOX_LAYOUT,
@@ -35,12 +45,17 @@ from lifecycles.stores.files import (
     printable_name,  # a planted name need not be UTF-8; the output must be
 )
 
-EXIT_OK, EXIT_UNTRUSTED, EXIT_USAGE, EXIT_NO_OUTBOX, EXIT_UNUSABLE = 0, 1, 2, 4, 5
+EXIT_OK, EXIT_UNTRUSTED, EXIT_USAGE, EXIT_NO_ENTRY, EXIT_NO_OUTBOX, EXIT_UNUSABLE = (
+    0, 1, 2, 3, 4, 5)
 EXIT_CODES = (
-    (EXIT_OK, "answered: nothing untrusted, nothing quarantined (status ok)"),
+    (EXIT_OK, "answered: nothing untrusted, nothing quarantined (status ok); explain: the "
+              "entry keeps every rule"),
     (EXIT_UNTRUSTED, "answered, and untrusted material is present: files the outbox "
-                     "cannot trust, or quarantined items (status untrusted); read them"),
-    (EXIT_USAGE, "usage error (error `usage`)"),
+                     "cannot trust, or quarantined items (status untrusted); read them; "
+                     "explain: the entry breaks rules, or the outbox cannot trust its file"),
+    (EXIT_USAGE, "usage error (error `usage`, `time_invalid`)"),
+    (EXIT_NO_ENTRY, "explain: no entry with that id in pending, delivered or quarantine "
+                    "(`no_entry`)"),
     (EXIT_NO_OUTBOX, "there is no outbox under the state directory (`no_outbox`)"),
     (EXIT_UNUSABLE, "the outbox cannot be used: a directory or the lock file is a symbolic "
                     "link or not what it must be (`unsafe_path`), or it cannot be read "
@@ -58,22 +73,34 @@ def register(subparsers: Any) -> None:
         commands, "status", "counts, oldest pending intent, untrusted files, quarantine reasons",
         __doc__, EXIT_CODES,
     )
-    status.add_argument(
-        "--state-dir",
-        type=Path,
-        default=None,
-        help="the state directory holding close-outbox/ (default: the outbox's own default: "
-        "$REIN_AHARNESS_STATE_DIR, $XDG_STATE_HOME/rein-aharness, ~/.local/state/rein-aharness)",
+    explain_ = add_command(
+        commands, "explain", "one entry: its status, the rows open from it and which of "
+        "their guards hold now, the invariants it keeps", __doc__, EXIT_CODES,
     )
-    status.add_argument("--json", action="store_true", help="print JSON for machines")
+    for command in (status, explain_):
+        command.add_argument(
+            "--state-dir",
+            type=Path,
+            default=None,
+            help="the state directory holding close-outbox/ (default: the outbox's own "
+            "default: $REIN_AHARNESS_STATE_DIR, $XDG_STATE_HOME/rein-aharness, "
+            "~/.local/state/rein-aharness)",
+        )
+        command.add_argument("--json", action="store_true", help="print JSON for machines")
     status.set_defaults(handler=_status)
+    explain_.add_argument("entry_id", metavar="ENTRY_ID")
+    explain_.add_argument("--now", default=None, metavar="ISO",
+                          help="the time to answer for, an ISO timestamp with a timezone "
+                               "(default: the clock)")
+    explain_.add_argument("--mermaid", action="store_true",
+                          help="draw the entry's status and the rows leaving it as Mermaid "
+                               "(with --json: a `mermaid` key)")
+    explain_.set_defaults(handler=_explain)
 
 
 def outbox_status(state_dir: Path) -> dict[str, Any]:
     """The status document of the outbox under ``state_dir`` (see the module docstring)."""
-    store: FilesStore[OutboxRecord] = FilesStore(
-        OUTBOX, state_dir / OUTBOX_DIRECTORY, OUTBOX_LAYOUT, create=False
-    )
+    store = _reader(state_dir)
     untrusted: list[dict[str, Any]] = []
     oldest: OutboxRecord | None = None
     with store.locked():
@@ -133,15 +160,21 @@ def _text(reason: Any, key: str, default: str | None) -> str | None:
     return value if isinstance(value, str) else default
 
 
-def _status(args: argparse.Namespace) -> int:
+def _state_dir(args: argparse.Namespace) -> Path:
     state_dir: Path = args.state_dir.expanduser() if args.state_dir else default_state_dir()
     if not (state_dir / OUTBOX_DIRECTORY).exists() and not (
         state_dir / OUTBOX_DIRECTORY
     ).is_symlink():
         raise CommandError(EXIT_NO_OUTBOX, "no_outbox",
                            f"no outbox under {state_dir}; check --state-dir")
+    return state_dir
+
+
+@contextmanager
+def _outbox_errors(state_dir: Path) -> Iterator[None]:
+    """The store's refusals as the command's errors, the same for every subcommand."""
     try:
-        status = outbox_status(state_dir)
+        yield
     except StoreMissing as error:
         raise CommandError(EXIT_NO_OUTBOX, "no_outbox",
                            f"{state_dir}: {error}; check --state-dir") from None
@@ -152,6 +185,17 @@ def _status(args: argparse.Namespace) -> int:
         raise CommandError(EXIT_UNUSABLE, "unreadable",
                            f"cannot read the outbox under {state_dir}: {error.strerror or error}"
                            "; check its permissions") from None
+
+
+def _reader(state_dir: Path) -> FilesStore[OutboxRecord]:
+    """The outbox's store, opened to read only: nothing created, moved or re-moded."""
+    return FilesStore(OUTBOX, state_dir / OUTBOX_DIRECTORY, OUTBOX_LAYOUT, create=False)
+
+
+def _status(args: argparse.Namespace) -> int:
+    state_dir = _state_dir(args)
+    with _outbox_errors(state_dir):
+        status = outbox_status(state_dir)
     code = EXIT_OK if status["status"] == "ok" else EXIT_UNTRUSTED
     if args.json:
         print(json.dumps(status, ensure_ascii=False))
@@ -181,3 +225,23 @@ def _status(args: argparse.Namespace) -> int:
                 f"{item['reason'] or '(no reason file)'}"
             )
     return code
+
+
+def _explain(args: argparse.Namespace) -> int:
+    try:
+        now = iso_timestamp(args.now if args.now is not None else datetime.now(UTC))
+    except ValueError as error:
+        raise CommandError(EXIT_USAGE, "time_invalid",
+                           f"--now must be an ISO timestamp with a timezone ({error})") from None
+    state_dir = _state_dir(args)
+    with _outbox_errors(state_dir):
+        entry = files_entry(_reader(state_dir), args.entry_id)
+    if entry is None:
+        raise CommandError(EXIT_NO_ENTRY, "no_entry",
+                           f"no entry {args.entry_id!r} in the outbox under {state_dir} "
+                           "(pending, delivered or quarantine); check the id and --state-dir")
+    explanation = explain(
+        OUTBOX, entry.values or {}, outbox_inputs_now(now), where=entry.where, now=now,
+        store_findings=entry.findings, notes=entry.notes, status=entry.status,
+    )
+    return print_explanation(OUTBOX, explanation, args.json, args.mermaid)

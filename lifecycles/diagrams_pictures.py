@@ -126,8 +126,13 @@ def check_graph_machine(lifecycle: AnyLifecycle) -> None:
         )
 
 
-def mermaid(lifecycle: AnyLifecycle) -> str:
-    """The lifecycle as a Mermaid ``stateDiagram-v2`` (see the module docstring)."""
+def mermaid(lifecycle: AnyLifecycle, region: str | None = None) -> str:
+    """The lifecycle as a Mermaid ``stateDiagram-v2`` (see the module docstring).
+
+    With ``region`` (a status), only the region of interest around a record holding it:
+    that status, the rows leaving it and the statuses they lead to, drawn exactly as
+    in the whole diagram (``lifecycles monitor explain --mermaid``).
+    """
     check_graph_machine(lifecycle)
     if mermaid_engine_can_draw(lifecycle):
         ids = {status.value: status.value for status in lifecycle.statuses}
@@ -136,10 +141,15 @@ def mermaid(lifecycle: AnyLifecycle) -> str:
             status.value: f"status_{number}"
             for number, status in enumerate(lifecycle.statuses, start=1)
         }
-    finals = [s for s in statuses_in_flow_order(lifecycle) if s in _finals(lifecycle)]
+    edges = [edge for edge in edges_by_source(lifecycle) if region in (None, edge[0])]
+    shown = {status.value for status in lifecycle.statuses} if region is None else {
+        region, *(dest for _, dest, _ in edges)}
+    finals = [s for s in statuses_in_flow_order(lifecycle)
+              if s in _finals(lifecycle) and s in shown]
+    title = f"{lifecycle.name} lifecycle (table {lifecycle.table_version})"
     lines = [
         "---",
-        f"title: {lifecycle.name} lifecycle (table {lifecycle.table_version})",
+        f"title: {title}" if region is None else f"title: {title}, rows leaving {region}",
         "---",
         "stateDiagram-v2",
         "  direction TB",
@@ -150,16 +160,19 @@ def mermaid(lifecycle: AnyLifecycle) -> str:
     ]
     lines += [
         f'  state "{_mermaid_text(name)}" as {ids[name]}'
-        for name in (status.value for status in lifecycle.statuses)
+        for name in (status.value for status in lifecycle.statuses) if name in shown
     ]
-    lines += ["", f"  [*] --> {ids[lifecycle.initial.value]}: {lifecycle.creation}"]
+    lines.append("")
+    if region is None:  # a region is no lifecycle: it has no creation point and no end
+        lines.append(f"  [*] --> {ids[lifecycle.initial.value]}: {lifecycle.creation}")
     lines += [
         f"  {ids[source]} --> {ids[dest]}: {MERMAID_LINE_BREAK.join(map(_mermaid_text, labels))}"
-        for source, dest, labels in edges_by_source(lifecycle)
+        for source, dest, labels in edges
     ]
-    lines += [f"  {ids[name]} --> [*]" for name in finals]
+    if region is None:
+        lines += [f"  {ids[name]} --> [*]" for name in finals]
     lines.append("")
-    if lifecycle.leased is not None:
+    if lifecycle.leased is not None and lifecycle.leased.value in shown:
         lines.append(f"  class {ids[lifecycle.leased.value]} leased_status")
     if finals:
         lines.append(f"  class {', '.join(ids[name] for name in finals)} final_status")

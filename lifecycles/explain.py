@@ -1,0 +1,410 @@
+"""One stored record explained, for an operator or an auditor investigating it.
+
+:func:`explain` is a pure function from a lifecycle, a record's stored values and the
+inputs an operator would face now to an :class:`Explanation`: the record's status,
+every row open from it with each guard true or false, which row each trigger would
+fire (asked of the engine itself, :meth:`Lifecycle.select_row`), and every rule
+(field rule, invariant) the record satisfies or breaks. It starts from the stored
+*values*, not from a record a store admitted, so a record that breaks its rules is
+explained rather than refused: that is when an operator needs it most.
+
+The inputs "now" are assumed, and each explanation says which (:class:`Assumed`):
+:func:`monitor_inputs_now` and :func:`outbox_inputs_now` build what the facades
+themselves would pass. :func:`render_text` prints an explanation; the region of
+interest is drawn by :func:`lifecycles.diagrams_pictures.mermaid`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from lifecycles.diagrams_pictures import mermaid
+from lifecycles.invariants.core import field_rules
+from lifecycles.invariants.monitor import MonitorRecord
+from lifecycles.invariants.outbox import OutboxRecord, intent_digest
+from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
+from lifecycles.machines.monitor import MonitorInputs
+from lifecycles.machines.outbox import CONFLICT_REASON, OutboxInputs, delivery_outcome
+
+AnyLifecycle = Lifecycle[Any, Any]
+
+# Who the explanation assumes is asking, in the monitor: a worker that never held the
+# lease (a claim), and the token it would be given; neither is ever stored.
+NEW_WORKER = "explain-new-worker"
+NEW_TOKEN = "explain-new-token"
+
+
+@attrs.frozen
+class Assumed:
+    """The inputs a trigger is judged with, and who would pass them, in words."""
+
+    inputs: Any
+    who: str
+
+
+InputsNow = Callable[[Any], Mapping[str, Assumed]]
+"""The inputs each trigger would get now, from the record (built from its values)."""
+
+
+@attrs.frozen
+class GuardCheck:
+    """One guard of a row: its value now, and the value the row needs (``False`` for
+    an ``unless`` guard). ``value`` is ``None`` when the guard raised on this record."""
+
+    name: str
+    needs: bool
+    value: bool | None
+    meaning: str
+
+    @property
+    def passes(self) -> bool:
+        return self.value is self.needs
+
+
+@attrs.frozen
+class RowCheck:
+    """One row open from the record's status, its guards now, and whether it fires."""
+
+    index: int
+    trigger: str
+    dest: str
+    label: str
+    guards: tuple[GuardCheck, ...]
+    fires: bool
+
+
+@attrs.frozen
+class Verdict:
+    """What firing ``trigger`` now would do, as the engine decides: the row it fires
+    (``row``), or the refusal (``refusal``: its code; ``guard``: the blocking guard,
+    ``None`` when no row leaves the status). Both ``None``: the engine raised on this
+    record, which only a record breaking its rules can make it do."""
+
+    trigger: str
+    who: str
+    row: int | None = None
+    dest: str | None = None
+    refusal: str | None = None
+    guard: str | None = None
+
+
+@attrs.frozen
+class RuleCheck:
+    """A named rule and whether the record satisfies it (``None``: it cannot be judged,
+    its predicate raised on fields that break their own rules)."""
+
+    name: str
+    holds: bool | None
+    meaning: str
+    field: str | None = None
+
+
+@attrs.frozen
+class Explanation:
+    """Everything :func:`render_text` prints about one stored record."""
+
+    lifecycle: str
+    table_version: str
+    key: str
+    where: str
+    now: str
+    status: str
+    status_meaning: str
+    final: bool
+    rows: tuple[RowCheck, ...]
+    verdicts: tuple[Verdict, ...]
+    invariants: tuple[RuleCheck, ...]
+    field_rules: tuple[RuleCheck, ...]
+    store_findings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    values: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def broken(self) -> tuple[str, ...]:
+        """The rules the record breaks or that cannot be judged on it."""
+        return tuple(rule.name for rule in (*self.field_rules, *self.invariants)
+                     if rule.holds is not True)
+
+    @property
+    def trusted(self) -> bool:
+        return not self.broken and not self.store_findings
+
+    def as_json(self) -> dict[str, Any]:
+        document = attrs.asdict(self, recurse=True)
+        document["broken"] = list(self.broken)
+        return document
+
+
+# --- judging stored values ------------------------------------------------------
+
+
+def _judge_fields(record_type: type, values: Mapping[str, Any]) -> list[RuleCheck]:
+    """Every field rule of ``record_type`` on ``values``: the broken ones, and one
+    ``record_shape`` rule when fields are missing or unknown."""
+    names = {field.name for field in attrs.fields(record_type)}
+    found: list[RuleCheck] = []
+    if set(values) != names:
+        missing, unknown = sorted(names - set(values)), sorted(set(values) - names)
+        found.append(RuleCheck("record_shape", False,
+                               f"exactly the record's fields (missing {missing}, "
+                               f"unknown {unknown})"))
+    for field, rule in field_rules(record_type):
+        if field not in values:
+            continue
+        value = values[field]
+        try:
+            holds = (value is None and rule.optional) or bool(rule.check(value))
+        except Exception:  # a value of a kind the predicate cannot even compare
+            holds = False
+        found.append(RuleCheck(rule.name, holds, rule.meaning or rule.name, field))
+    return found
+
+
+def _build(record_type: type, values: Mapping[str, Any], checked: bool) -> Any:
+    """The record of ``values``, or ``None`` when it cannot be built at all. Unchecked
+    (field rules off) for values that break a field rule: the invariants and guards
+    are still asked, each answer guarded, rather than nothing explained. (attrs' switch
+    is process-wide: meant for a command's one call, not for a threaded server.)"""
+    try:
+        if checked:
+            return record_type(**values)
+        with attrs.validators.disabled():
+            return record_type(**values)
+    except Exception:  # a converter or the shape refused: the values are reported as read
+        return None
+
+
+def _asked(predicate: Callable[..., object], *arguments: Any) -> bool | None:
+    try:
+        return bool(predicate(*arguments))
+    except Exception:  # a predicate over fields that break their own rules
+        return None
+
+
+def explain(
+    lifecycle: AnyLifecycle,
+    values: Mapping[str, Any],
+    inputs_now: InputsNow,
+    *,
+    where: str,
+    now: str,
+    store_findings: tuple[str, ...] = (),
+    notes: tuple[str, ...] = (),
+    status: str | None = None,
+) -> Explanation:
+    """Explain the record stored as ``values`` (see the module docstring); ``status`` is
+    the one the store files it under, for values that do not say (unreadable material)."""
+    fields = _judge_fields(lifecycle.record_type, values)
+    record = _build(lifecycle.record_type, values, all(rule.holds for rule in fields))
+    status = str(values.get(lifecycle.status_field, status))
+    declared = {str(s.value): s for s in lifecycle.statuses}
+    invariants = tuple(
+        RuleCheck(rule.name, None if record is None else _asked(rule.holds, record),
+                  rule.meaning)
+        for rule in lifecycle.invariants
+    )
+    assumed: Mapping[str, Assumed] = {}
+    if record is not None and status in declared:
+        try:
+            assumed = inputs_now(record)
+        except Exception:  # inputs built from fields that break their rules
+            assumed = {}
+    verdicts = tuple(_verdict(lifecycle, trigger, record, assumed[trigger])
+                     for trigger in lifecycle.triggers if trigger in assumed)
+    # One table row yields one Row per source: out of one status, its index names it.
+    fired = {verdict.row for verdict in verdicts if verdict.row is not None}
+    rows = tuple(
+        _row_check(lifecycle, row, record, assumed[row.trigger], fired)
+        for row in lifecycle.rows if row.source == status and row.trigger in assumed
+    )
+    meaning = lifecycle.status_meanings.get(status, "") if status in declared else (
+        "not a status of this lifecycle: no row can leave it")
+    return Explanation(
+        lifecycle=lifecycle.name, table_version=lifecycle.table_version,
+        key=str(values.get(lifecycle.key_field)), where=where, now=now, status=status,
+        status_meaning=meaning, final=status in {s.value for s in lifecycle.final},
+        rows=rows, verdicts=verdicts, invariants=invariants,
+        field_rules=tuple(rule for rule in fields if rule.holds is not True),
+        store_findings=store_findings, notes=notes, values=_shown(lifecycle, values),
+    )
+
+
+def _shown(lifecycle: AnyLifecycle, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values to print: a lease token is the holder's proof of its lease (a fencing
+    token), so only whether one is set is shown, as ``monitor status`` does."""
+    shown = dict(values)
+    token = lifecycle.lease.token_field if lifecycle.lease else None
+    if token is not None and shown.get(token) is not None:
+        shown[token] = "(set, not shown)"
+    return shown
+
+
+def _row_check(
+    lifecycle: AnyLifecycle, row: Row, record: Any, assumed: Assumed, fired: set[int]
+) -> RowCheck:
+    guards = tuple(
+        GuardCheck(name, needs, _asked(lifecycle.guards[name].test, record, assumed.inputs),
+                   lifecycle.guards[name].meaning)
+        for names, needs in ((row.conditions, True), (row.unless, False)) for name in names
+    )
+    return RowCheck(row.index, row.trigger, row.dest, row.label, guards,
+                    fires=row.index in fired)
+
+
+def _verdict(lifecycle: AnyLifecycle, trigger: str, record: Any, assumed: Assumed) -> Verdict:
+    try:
+        row = lifecycle.select_row(trigger, record, assumed.inputs)
+    except TransitionRefused as refused:
+        return Verdict(trigger, assumed.who, refusal=refused.code, guard=refused.guard)
+    except Exception:  # a guard raised on a record that breaks its rules
+        return Verdict(trigger, assumed.who)
+    return Verdict(trigger, assumed.who, row=row.index, dest=row.dest)
+
+
+# --- the inputs an operator faces now ------------------------------------------------
+
+
+def monitor_inputs_now(now: float) -> InputsNow:
+    """A claim by a new worker at ``now``; the lease holder (the record's own owner and
+    token) completing its read at ``now``, failing with a retryable error for
+    ``fail_attempt``; any worker's claim recovering an expired lease; the very same
+    notification registered again."""
+
+    def inputs(record: MonitorRecord) -> Mapping[str, Assumed]:
+        holder = MonitorInputs(now, worker_id=record.lease_owner,
+                               lease_token=record.lease_token)
+        who = (f"the lease holder {record.lease_owner} with its own token"
+               if record.lease_owner is not None else "a worker (none holds a lease)")
+        completion = Assumed(holder, f"{who}, completing its read at now")
+        return {
+            "claim": Assumed(MonitorInputs(now, worker_id=NEW_WORKER, lease_token=NEW_TOKEN),
+                             f"a claim by a new worker ({NEW_WORKER}) at now"),
+            "expire_lease": Assumed(MonitorInputs(now),
+                                    "any worker's claim at now (it recovers expired leases "
+                                    "first)"),
+            "observe_progress": completion,
+            "observe_success": completion,
+            "observe_failure": completion,
+            "fail_attempt": Assumed(attrs.evolve(holder, retryable=True),
+                                    f"{who}, its read failing with a retryable error at now"),
+            "register": Assumed(MonitorInputs(now, registration=record),
+                                "the very same notification registered again at now"),
+        }
+
+    return inputs
+
+
+def outbox_inputs_now(now: str) -> InputsNow:
+    """What a replay at ``now`` passes (an attempt, a delivery, a failed delivery as
+    :func:`delivery_outcome` words it, a quarantine for a conflicting delivered copy)
+    and the very same intent enqueued again."""
+    failed = delivery_outcome(Exception(), now)[1]
+
+    def inputs(record: OutboxRecord) -> Mapping[str, Assumed]:
+        return {
+            "enqueue": Assumed(OutboxInputs(now, intent_digest=intent_digest(record.intent())),
+                               "the very same intent enqueued again at now"),
+            "attempt": Assumed(OutboxInputs(now), "a replay at now counting an attempt"),
+            "deliver": Assumed(OutboxInputs(now), "the deliver callback returning at now"),
+            "fail_delivery": Assumed(failed, f"the deliver callback raising at now "
+                                             f"(error {failed.error!r})"),
+            "quarantine": Assumed(OutboxInputs(now, reason=CONFLICT_REASON),
+                                  "a replay at now finding a conflicting delivered copy"),
+        }
+
+    return inputs
+
+
+# --- text ----------------------------------------------------------------------------
+
+
+def _truth(value: bool | None) -> str:
+    return {True: "true", False: "false", None: "raised"}[value]
+
+
+def render_text(explanation: Explanation) -> str:
+    """The explanation as lines for a terminal (see ``lifecycles monitor explain``)."""
+    e = explanation
+    lines = [
+        f"{e.lifecycle} record {e.key} (table {e.table_version}), read from {e.where}",
+        f"status: {e.status}{' (final)' if e.final else ''}"
+        + (f": {e.status_meaning}" if e.status_meaning else ""),
+        f"now: {e.now}",
+    ]
+    lines += [f"note: {note}" for note in e.notes]
+    lines += [f"the store refuses it: {finding}" for finding in e.store_findings]
+    leaving = [row for row in e.rows if row.dest != e.status]
+    lines.append(f"rows open from {e.status}: {len(e.rows)}"
+                 + ("" if leaving or not e.rows else " (none leaves the status)"))
+    for row in e.rows:
+        verdict = "fires now" if row.fires else "does not fire now"
+        lines.append(f"  row {row.index}: {row.trigger} -> {row.dest}  ({verdict})"
+                     + ("" if row.guards else "; no guard"))
+        for check in row.guards:
+            needed = "" if check.needs else " (unless: must be false)"
+            mark = "ok " if check.passes else "NO "
+            lines.append(f"    {mark} {check.name} = {_truth(check.value)}{needed}: "
+                         f"{check.meaning}")
+    lines.append("triggers now (the row the engine picks, for the inputs assumed):")
+    judged = [v for v in e.verdicts if v.refusal is None or v.guard is not None]
+    width = max((len(v.trigger) for v in judged), default=0)
+    for v in judged:
+        if v.row is not None:
+            outcome = f"fires row {v.row} -> {v.dest}"
+        elif v.refusal is None:
+            outcome = "cannot be judged: a guard raised on this record"
+        else:
+            outcome = f"refused: guard {v.guard} ({v.refusal})"
+        lines.append(f"  {v.trigger:<{width}}  {outcome}")
+        lines.append(f"  {'':<{width}}  assumed: {v.who}")
+    closed: dict[str, list[str]] = {}
+    for v in e.verdicts:
+        if v.refusal is not None and v.guard is None:
+            closed.setdefault(v.refusal, []).append(v.trigger)
+    lines += [f"  not allowed from {e.status} ({code}): {', '.join(triggers)}"
+              for code, triggers in closed.items()]
+    if not e.verdicts:
+        lines.append("  (none judged: the record cannot be built from its values)")
+    held = sum(rule.holds is True for rule in e.invariants)
+    lines.append(f"invariants: {held} of {len(e.invariants)} hold")
+    for rule in e.invariants:
+        state = {True: "holds ", False: "BROKEN", None: "cannot be judged"}[rule.holds]
+        lines.append(f"  {state} {rule.name}: {rule.meaning}")
+    if e.field_rules:
+        lines.append("field rules broken:")
+        lines += [f"  BROKEN {rule.name} ({rule.field}): {rule.meaning}"
+                  for rule in e.field_rules]
+    else:
+        lines.append("field rules: every field holds its rule")
+    return "\n".join(lines) + "\n"
+
+
+def print_explanation(
+    lifecycle: AnyLifecycle, explanation: Explanation, as_json: bool, as_mermaid: bool
+) -> int:
+    """Print the explanation (text, JSON, or the Mermaid region of its status); the
+    exit code: 0 when the record keeps every rule, 1 when it breaks some."""
+    declared = explanation.status in {status.value for status in lifecycle.statuses}
+    region = mermaid(lifecycle, explanation.status) if as_mermaid and declared else None
+    if as_json:
+        document = explanation.as_json()
+        if as_mermaid:
+            document["mermaid"] = region
+        print(json.dumps(document, ensure_ascii=False, default=str))
+    elif as_mermaid and region is None:
+        print(f"lifecycles: {explanation.status!r} is no status of {lifecycle.name}: "
+              "there is no region to draw", file=sys.stderr)
+    else:
+        print(region if region is not None else render_text(explanation), end="")
+    return 0 if explanation.trusted else 1
+
+
+__all__ = [
+    "Assumed", "Explanation", "GuardCheck", "InputsNow", "RowCheck", "RuleCheck", "Verdict",
+    "explain", "monitor_inputs_now", "outbox_inputs_now", "print_explanation", "render_text",
+]
