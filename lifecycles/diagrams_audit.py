@@ -194,7 +194,8 @@ def checklist(lifecycles: Mapping[str, AnyLifecycle]) -> list[str]:
          f"This commit pins the table versions {versions}. On the deployed installation, "
          "`lifecycles check --json` prints each lifecycle's `table_version` (plain "
          "`lifecycles check` prints it as `NAME (table vVERSION)`); each must equal the "
-         "version pinned here and on its page, else these pages describe another table."),
+         "version pinned here and on its page, else these pages describe another table or "
+         "other code."),
         ("The checker passes",
          "Run `lifecycles check` (every registered lifecycle, or `lifecycles check NAME`). "
          "It exits 0 and ends with `all OK` when: the definition checks pass; no status "
@@ -257,9 +258,9 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("lease", "one worker's exclusive, time-limited hold on a record. Its token is a "
      "fencing token: every write compares it, so a worker whose lease was taken cannot "
      "write. An expired lease is recovered by the lifecycle's expiry trigger."),
-    ("table version", "a short digest of a lifecycle's declaration, pinned on its page "
-     "and printed by `lifecycles check`; a different version means a different "
-     "declaration."),
+    ("table version", "a short digest of a lifecycle's table and of the source of every "
+     "guard, effect, invariant and function beside it, pinned on its page and printed by "
+     "`lifecycles check`; a different version means different rules or different code."),
     ("bounds", "the limits within which `lifecycles check` explores every state (each "
      "page states them); what lies beyond them is not explored."),
     ("accepted cycle", "a cycle of triggers that never reaches a final status, declared "
