@@ -75,6 +75,9 @@ def page(lifecycle: AnyLifecycle, mermaid_source: str, *, svg_name: str | None,
     out += _reaching_finals(lifecycle)
     out += _guards(lifecycle)
     out += _effects(lifecycle)
+    from lifecycles.diagrams_audit import sections  # it reads this module's helpers
+
+    out += sections(lifecycle)  # who fires each trigger; every error code
     out += _lease(lifecycle)
     out += _invariants(lifecycle)
     out += _checked(lifecycle)
@@ -109,6 +112,9 @@ def index(lifecycles: Mapping[str, AnyLifecycle]) -> str:
         "`graphviz-version.txt` records the Graphviz version and font that drew the SVG "
         "files; the drift check compares SVG files only where the installed Graphviz matches.",
     ]
+    from lifecycles.diagrams_audit import checklist
+
+    out += checklist(lifecycles)
     return "\n".join(out) + "\n"
 
 

@@ -26,8 +26,9 @@ from lifecycles.invariants.monitor import (
     token,
     worker_id_rule,
 )
+from lifecycles.machines.audit import PublicError, PublicErrors
 from lifecycles.machines.core import TransitionRefused
-from lifecycles.machines.monitor import CODE
+from lifecycles.machines.monitor import CODE, MONITOR
 from lifecycles.stores.base import StaleRecord, Store, StoreError, UniqueViolation
 
 # --- errors --------------------------------------------------------------------
@@ -164,3 +165,160 @@ RULE_CODES: Mapping[str, str] = {
 def refused(rule: str) -> TerminalProcessingMonitorBlocked:
     """The public error for an argument that breaks ``rule`` (:data:`RULE_CODES`)."""
     return blocked(CODE + RULE_CODES[rule])
+
+
+# --- what each public error means, for the auditor page ---------------------------
+
+_NOTHING = "Nothing."
+_POLL = "`run_once` raises it; `run_many` returns it in that item's place"
+_LOST = (
+    "Nothing: the record stays as the other worker left it. The reader was called, but "
+    "its answer is not recorded."
+)
+
+# code (without the prefix) -> (what it means, which calls raise it, what changed).
+# Every code of every family is here; tests/tools/test_diagrams_audit.py holds it so.
+MEANINGS: Mapping[str, tuple[str, str, str]] = {
+    "capabilities_invalid": (
+        "`expected_capabilities_sha256` is not 64 lowercase hex digits.",
+        "The constructor.", _NOTHING),
+    "poll_interval_invalid": (
+        "`poll_interval_seconds` is not a duration above 0 and at most 86,400 seconds.",
+        "The constructor.", _NOTHING),
+    "delay_invalid": (
+        "`base_delay_seconds` or `max_delay_seconds` is not a duration above 0 and at "
+        "most 86,400 seconds, or the base delay exceeds the maximum.",
+        "The constructor.", _NOTHING),
+    "time_invalid": (
+        "A `now`, or a duration, is not a finite, non-negative number.",
+        "Every call that takes `now`; the constructor's and the claim's durations.",
+        _NOTHING),
+    "max_failures_invalid": (
+        "`max_failures` is not an integer from 1 to 20.",
+        "`register`, `register_many`.", _NOTHING),
+    "notification_invalid": (
+        "The notification is not exactly the notification schema, or its SHA-256 is not "
+        "the digest of its canonical JSON.",
+        "`register`; `register_many` returns it in that pair's place.",
+        "Nothing for that notification."),
+    "worker_invalid": (
+        "`worker_id` is not a token of 1 to 128 characters (letters, digits, `_.:-`).",
+        "`claim`, `run_once`, `run_many`.", _NOTHING),
+    "lease_invalid": (
+        "`lease_seconds` is not a duration above 0 and at most 86,400 seconds.",
+        "`claim`, `run_once`, `run_many`.", _NOTHING),
+    "reader_invalid": (
+        "`reader` is not callable.", "`run_once`, `run_many`.", _NOTHING),
+    "event_invalid": (
+        "`event_id` is not a token of 1 to 256 characters.", "`status`.", _NOTHING),
+    "idempotency_collision": (
+        "The event id, or the notification id, is already registered with a different "
+        "notification.",
+        "`register`; `register_many` returns it in that pair's place.",
+        "Nothing: the stored record is unchanged."),
+    "missing": ("No record has this event id.", "`status`.", _NOTHING),
+    "limit_invalid": (
+        "`limit` is not an integer from 1 to 1000. Not in the reference, which has no "
+        "`run_many`.",
+        "`run_many`.", _NOTHING),
+    "state_invalid": (
+        "A stored record breaks a named rule (an invariant or a field rule), or a write "
+        "would produce one that does; the error's `rules` names the rules and "
+        "`event_ids` the stored records found broken.",
+        "Every call that reads or writes records: `register`, `claim`, `run_once`, "
+        "`run_many` (per item), `status`, `health`.",
+        "Nothing: a record that breaks a rule is never written."),
+    "claim_lost": (
+        "This worker no longer holds the lease it acted on: the record is no longer "
+        "leased to it (its lease expired and another worker's claim rescued it, maybe "
+        "claimed it again), or it is no longer stored.",
+        f"{_POLL}.", _LOST),
+    "lease_expired": (
+        "The worker's lease had expired (`lease_expires_at` <= now) when its answer was "
+        "to be written.",
+        f"{_POLL}.",
+        "Nothing: the record stays `leased` under the expired lease, for the next claim "
+        "to rescue. The reader was called, but its answer is not recorded."),
+    "completion_lost": (
+        "Writing the receiver's answer lost a compare-and-set race with another writer.",
+        f"{_POLL}.", _LOST),
+    "failure_lost": (
+        "Writing the failed attempt lost a compare-and-set race with another writer.",
+        f"{_POLL}.", _LOST),
+    "schema_altered": (
+        "The tables or the meta row are not the monitor's schema (changed by another "
+        "connection, or half missing), or the database is bound to other capabilities.",
+        "The constructor and every call (each checks the schema first).", _NOTHING),
+    "legacy_unbound": (
+        "A version-1 database that holds records cannot be bound to capabilities: "
+        "nothing says which capabilities wrote them.",
+        "The constructor.", "Nothing: the database is left at version 1."),
+    "database_integrity": (
+        "The database reports itself damaged (the integrity check, or a driver error "
+        "that is neither a lost connection nor a changed schema).",
+        "`health`, and any call whose statement the driver refuses so.", _NOTHING),
+    "transaction_nested": (
+        "The connection is already inside a transaction the monitor did not open.",
+        "The constructor and every call that writes.", _NOTHING),
+    "database_unreachable": (
+        "The connection is closed or the database cannot be reached. Not in the "
+        "reference, which let the driver's exception out.",
+        "Every call.", "Nothing: the transaction is rolled back."),
+}
+
+# Why a guard that no call lets refuse still carries the reference's generic claim_lost.
+_KEPT = (
+    "`claim_lost` is the reference's generic code, kept because callers match on the "
+    "reference's codes; since no call raises it, none is misled."
+)
+_PASSED_OVER = (
+    "Never raised: a claim asks the store for due records only, and passes over a "
+    "record its guards refuse to lease the next one. A refusal here would mean "
+    "\"{case}\", not \"lost\": " + _KEPT
+)
+_CHOOSES_ROW = (
+    "Never raised: it only chooses between the two rows of its trigger, and the other "
+    "row (`!{guard}`) fires when it is false. " + _KEPT
+)
+
+PUBLIC_ERRORS = PublicErrors(
+    MONITOR,
+    errors=(
+        *(
+            PublicError(blocked(CODE + name).__class__.__name__, CODE + name, *meant)
+            for name, meant in MEANINGS.items()
+        ),
+        PublicError(
+            "TypeError", None, "The connection is neither a `sqlite3.Connection` nor a "
+            "psycopg connection.", "The constructor.", _NOTHING),
+    ),
+    guards={
+        "same_registration": (
+            "Raised by `register` as `idempotency_collision`: it names the case, and is "
+            "the reference's code."),
+        "poll_is_due": _PASSED_OVER.format(case="not yet due"),
+        "failures_remain": _PASSED_OVER.format(case="no failures left"),
+        "lease_has_expired": (
+            "Never raised: `expire_lease` fires only on records whose lease has expired. "
+            + _KEPT),
+        "another_failure_allowed": _CHOOSES_ROW.format(guard="another_failure_allowed"),
+        "lease_is_held": (
+            "Raised by `run_once` / `run_many` when the worker's lease was taken from it: "
+            "`claim_lost` says what happened, and is the reference's code for it."),
+        "lease_is_live": (
+            "Raised by `run_once` / `run_many` when the lease expired before the answer "
+            "was written: `lease_expired` says what happened, and is the reference's "
+            "code for it."),
+        "retry_is_allowed": _CHOOSES_ROW.format(guard="retry_is_allowed"),
+    },
+    not_allowed=(
+        "Raised by `run_once` / `run_many` when the record is no longer `leased` (its "
+        "expired lease was rescued): `claim_lost`, the reference's code for it."
+    ),
+    note=(
+        "Every refusal is a `TerminalProcessingMonitorBlocked` whose `code` is the "
+        "reference's string (callers match on it), raised as an instance of its family "
+        "(`InputInvalid`, `StateInvalid`, `LeaseLost`, `StorageBlocked`), which callers "
+        "may catch instead."
+    ),
+)

@@ -48,6 +48,7 @@ from lifecycles.invariants.outbox import (
     transaction_id_syntax,
     version_supported,
 )
+from lifecycles.machines.audit import PublicError, PublicErrors
 from lifecycles.machines.core import TransitionRefused
 from lifecycles.machines.outbox import (
     CONFLICT,
@@ -133,6 +134,73 @@ class OutboxReentryError(CloseOutboxError):
     """
 
     code = "close_outbox.replay_reentered"
+
+
+_STOPPED = "The call stops there; what a `replay` wrote before it stays written."
+_NEVER = "Never raised to a caller: "
+_NO_REFERENCE_CODE = " The code is lifecycles' own: the reference has no codes."
+
+# What each public error means, for the auditor page; every CloseOutboxError subclass
+# defined here is listed (tests/tools/test_diagrams_audit.py holds it so).
+PUBLIC_ERRORS = PublicErrors(
+    OUTBOX,
+    errors=(*(PublicError(kind.__name__, kind.code, *meant) for kind, meant in {
+        InvalidCloseRequestError: (
+            "A close intent breaks a rule (version, `run_id` or `transaction_id` syntax, "
+            "action, result bounds, error, reopen, or the payload bound); `rules` names it.",
+            "`CloseRequest(...)`; `enqueue` (a request that is not a `CloseRequest`, or "
+            "whose private copy fails the same rules).",
+            "Nothing."),
+        OutboxConflictError: (
+            "The identity (`run_id`, `transaction_id`) already has a different close "
+            "intent, pending or delivered.",
+            "`enqueue`.", "Nothing: the stored intent is unchanged."),
+        OutboxCorruptError: (
+            "The stored record of this identity cannot be trusted (undecodable, breaking "
+            "a rule, or in the wrong directory), or the identity has quarantined material.",
+            "`enqueue`.",
+            "Nothing: the file stays where it is (the next `replay` quarantines an "
+            "untrusted pending file)."),
+        OutboxUnsafePathError: (
+            "A store directory or the lock file is a symbolic link, missing, or not what "
+            "it must be.",
+            "The constructor, `enqueue`, `replay`, `pending_count`.", _STOPPED),
+        OutboxReentryError: (
+            "`replay` was called from inside its own `deliver` callback (through any "
+            "outbox object on this directory). Not in the reference, which deadlocks.",
+            "`replay`.", "Nothing: the outer `replay` carries on."),
+        CloseOutboxError: (
+            "A store error that none of the classes above names, for example a record "
+            "changed by another writer under the call.",
+            "`enqueue`, `replay`, `pending_count`.", _STOPPED),
+    }.items()),
+        PublicError("ValueError", None, "`limit` is not an integer from 1 to 1000, as in "
+                    "the reference.", "`replay`.", "Nothing."),
+    ),
+    guards={
+        "same_intent": (
+            "Raised by `enqueue` as `OutboxConflictError`, whose `code` is this one: it "
+            "names the case." + _NO_REFERENCE_CODE),
+        "attempt_recorded": (
+            _NEVER + "`replay` writes the attempt before it fires `deliver` or "
+            "`fail_delivery`." + _NO_REFERENCE_CODE),
+        "error_described": (
+            _NEVER + "`delivery_outcome` always gives a non-empty error." + _NO_REFERENCE_CODE),
+        "reason_given": (
+            _NEVER + "`replay` quarantines with a fixed, non-empty reason." + _NO_REFERENCE_CODE),
+    },
+    not_allowed=(
+        _NEVER + "`enqueue` refuses a quarantined identity before the table is asked "
+        "(`OutboxCorruptError`), and `replay` fires only on records it read as "
+        "`pending`."
+        + _NO_REFERENCE_CODE
+    ),
+    note=(
+        "The exception classes are the reference's contract; their `code` attributes are "
+        "lifecycles' addition (the reference has none). Every class below derives from "
+        "`CloseOutboxError`, except `ValueError`."
+    ),
+)
 
 
 # --- requests ----------------------------------------------------------------------

@@ -46,6 +46,7 @@ from lifecycles.invariants.outbox import (
     normalise_text,
     timestamp_problem,
 )
+from lifecycles.machines.audit import FiredBy
 from lifecycles.machines.core import Changes, Lifecycle, effect, guard
 
 CODE = "close_outbox."
@@ -251,9 +252,42 @@ OUTBOX: Lifecycle[OutboxRecord, OutboxInputs] = Lifecycle(
     ],
 )
 
+# Who fires each trigger: the facade is CloseOutbox (lifecycles.outbox); nothing fires
+# on a timer, so a pending intent waits for the next replay.
+FIRED_BY = FiredBy(OUTBOX, {
+    "enqueue": (
+        "`CloseOutbox.enqueue(request)`. A new identity creates the record (`pending`); "
+        "an identity already `pending` or `delivered` fires the row from its status, "
+        "which changes nothing for the same intent and refuses a different one. An identity "
+        "with quarantined material is refused before the table is asked "
+        "(`identity_quarantined`)."
+    ),
+    "attempt": (
+        "`CloseOutbox.replay(deliver, limit=...)`, for each trusted pending record among "
+        "the first `limit` in entry-id order: all written in one batch before the first "
+        "`deliver` call."
+    ),
+    "deliver": "`replay`, when `deliver(request)` returned (`delivery_outcome`).",
+    "fail_delivery": (
+        "`replay`, when `deliver(request)` raised an `Exception`: the error kept is "
+        "the exception's class name, then `: close delivery failed` "
+        "(`delivery_outcome`). Any other exception propagates once the outcomes so "
+        "far are written; the records not yet answered stay `pending` with their "
+        "attempt counted."
+    ),
+    "quarantine": (
+        "`replay`, for a pending record whose identity conflicts with what `delivered/` "
+        "holds (`pending_copy_fate`), with the reason `" + CONFLICT_REASON + "`. A "
+        "pending file the outbox cannot trust (no record, or one that breaks a rule) "
+        "fires no row: the store moves it to `quarantine/` beside a `.error.json` "
+        "reason file."
+    ),
+})
+
 __all__ = [
     "CONFLICT",
     "CONFLICT_REASON",
+    "FIRED_BY",
     "OUTBOX",
     "RECORD_INVALID",
     "TABLE",

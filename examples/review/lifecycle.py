@@ -33,6 +33,7 @@ from lifecycles.invariants.core import (
     one_of,
     step_invariant,
 )
+from lifecycles.machines.audit import FiredBy
 from lifecycles.machines.core import Changes, Lease, Lifecycle, effect, guard
 
 CODE = "document_review."
@@ -321,3 +322,23 @@ REVIEW: Lifecycle[ReviewRecord, ReviewInputs] = Lifecycle(
         "expired": "The deadline passed while waiting. Final.",
     },
 )
+
+# Who fires each trigger. The example has no facade: "the application" is the code that
+# uses this lifecycle on a store, and nothing here runs on a timer.
+FIRED_BY = FiredBy(REVIEW, {
+    "submit": "The application, for a new document: `new_document(...)`, then the store's "
+              "insert of `REVIEW.create(record)`.",
+    "claim": "A reviewer's worker, through the lease protocol's claim "
+             "(`lifecycles.machines.lease.claim` on a store): the first `submitted` "
+             "document with `available_at` <= now, earliest `due_at` first; a document "
+             "past its deadline is passed over.",
+    "release_lease": "Every claim, first, on every `in_review` document whose "
+                     "`lease_expires_at` <= that claim's now.",
+    "approve": "The reviewer holding the lease, through the application.",
+    "request_changes": "The reviewer holding the lease, through the application, with a "
+                       "reason code.",
+    "reject": "The reviewer holding the lease, through the application, with a reason code.",
+    "resubmit": "The author, through the application, with the next revision number.",
+    "expire": "A deadline sweep the application runs: nothing fires it on a timer, so a "
+              "document stays waiting past its deadline until the sweep reaches it.",
+})
