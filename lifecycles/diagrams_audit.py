@@ -206,6 +206,13 @@ def checklist(lifecycles: Mapping[str, AnyLifecycle]) -> list[str]:
          "declares workers, every interleaving of them keeps the lease protocol's "
          "properties. Exit 1 is a finding (its trace is printed); exit 2 means the check "
          "could not run, with one line saying why."),
+        ("A mistaken row would be caught",
+         "Run `lifecycles check --mutants`: it makes every mistaken row an author could "
+         "write (a guard dropped or flipped, a row sent elsewhere or deleted, a row out of "
+         "a final status, an invariant unregistered) and checks each. It exits 0 when every "
+         "one fails the check, except the mutants each page declares equivalent with the "
+         "reason they are harmless; it prints the mutation score, and with "
+         "`--mutant-traces` how each mistake was caught."),
         ("The rules are the business's rules",
          "On each page read Invariants, Step invariants and Field rules: every stored "
          "record obeys every invariant and field rule (checked before every write and on "
@@ -226,7 +233,10 @@ def checklist(lifecycles: Mapping[str, AnyLifecycle]) -> list[str]:
         ("Look at a stored record",
          "`lifecycles monitor status --db FILE --capabilities SHA EVENT_ID` (or "
          "`--dsn DSN`), `lifecycles monitor health ...` and `lifecycles outbox status "
-         "[--state-dir DIR]` show what the runtime reads, without changing anything."),
+         "[--state-dir DIR]` show what the runtime reads, without changing anything; "
+         "`lifecycles monitor explain ... EVENT_ID` and `lifecycles outbox explain "
+         "ENTRY_ID` show one record's status, the rows open from it, which of their guards "
+         "hold now and the rules it keeps (`--mermaid` draws that part of the diagram)."),
     ]
     out = ["", "## An auditor's checklist", ""]
     out += [f"{number}. **{title}.** {_plain(how)}"
@@ -268,6 +278,10 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("interleaving", "one order in which several workers' steps (claim, complete, stop, "
      "the clock moving) run against one store; the checker tries every order within its "
      "bounds."),
+    ("mutant", "the lifecycle with one mistake made on purpose in its declaration; "
+     "`lifecycles check --mutants` checks each one, and a mutant the check passes "
+     "survives: that mistake would go unnoticed. An equivalent mutant is one declared "
+     "harmless, with the reason, on the page."),
     ("trace", "the shortest sequence of steps from an initial record to a violation, "
      "printed by `lifecycles check` and written as a replay file for pytest."),
     ("drift", "a committed generated file that no longer matches what `lifecycles "
