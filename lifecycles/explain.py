@@ -339,11 +339,11 @@ def render_text(explanation: Explanation) -> str:
     lines += [f"note: {note}" for note in e.notes]
     lines += [f"the store refuses it: {finding}" for finding in e.store_findings]
     leaving = [row for row in e.rows if row.dest != e.status]
-    lines.append(f"rows open from {e.status}: {len(e.rows)}"
+    lines.append(f"rows open from {e.status} (numbered as on the auditor page): {len(e.rows)}"
                  + ("" if leaving or not e.rows else " (none leaves the status)"))
     for row in e.rows:
         verdict = "fires now" if row.fires else "does not fire now"
-        lines.append(f"  row {row.index}: {row.trigger} -> {row.dest}  ({verdict})"
+        lines.append(f"  row #{row.index + 1}: {row.trigger} -> {row.dest}  ({verdict})"
                      + ("" if row.guards else "; no guard"))
         for check in row.guards:
             needed = "" if check.needs else " (unless: must be false)"
@@ -355,7 +355,7 @@ def render_text(explanation: Explanation) -> str:
     width = max((len(v.trigger) for v in judged), default=0)
     for v in judged:
         if v.row is not None:
-            outcome = f"fires row {v.row} -> {v.dest}"
+            outcome = f"fires row #{v.row + 1} -> {v.dest}"
         elif v.refusal is None:
             outcome = "cannot be judged: a guard raised on this record"
         else:

@@ -157,7 +157,7 @@ def test_the_text_names_status_rows_guards_assumptions_and_invariants(
     code, out, _ = explain(capsys, database, "e1")
     assert code == 0
     assert "status: leased: A worker holds the lease" in out
-    assert "row 4: observe_success -> succeeded  (fires now)" in out
+    assert "row #5: observe_success -> succeeded  (fires now)" in out
     assert "ok  lease_is_held = true" in out
     assert "assumed: the lease holder w1 with its own token" in out
     assert "not allowed from leased (terminal_processing_monitor.claim_lost): claim" in out
@@ -270,3 +270,17 @@ def test_explain_over_a_postgres_dsn(capsys: pytest.CaptureFixture[str]) -> None
         assert main([*argv, "e9"]) == 3
         assert json.loads(capsys.readouterr().out)["error"] == (
             "terminal_processing_monitor.missing")
+
+
+def test_the_text_numbers_rows_as_the_auditor_page_does(
+    capsys: pytest.CaptureFixture[str], database: Path
+) -> None:
+    """The page numbers table entries from 1 (claim is #1); explain's text says the same."""
+    assert main(["monitor", "explain", "--db", str(database), "--capabilities", CAPABILITIES,
+                 "--now", "50", "e1"]) == 0
+    out = capsys.readouterr().out
+    page = (Path(__file__).resolve().parents[2] / "diagrams" / "monitor.md").read_text()
+    assert "| 2 | `expire_lease` | `leased` | `retry_wait` |" in page
+    assert "  row #2: expire_lease -> retry_wait" in out
+    assert "fires row #5 -> succeeded" in out
+    assert "| 5 | `observe_success` | `leased` | `succeeded` |" in page

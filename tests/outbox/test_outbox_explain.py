@@ -117,7 +117,7 @@ def test_a_quarantined_entry_has_no_row_open_and_shows_its_reason(
     assert document["rows"] == [] and all(v["row"] is None for v in document["verdicts"])
     assert document["notes"] == ["quarantine reason: set aside by hand"]
     _, out, _ = explain(capsys, tmp_path, entry)
-    assert "rows open from quarantined: 0" in out
+    assert "rows open from quarantined (numbered as on the auditor page): 0" in out
 
 
 def test_material_that_is_no_record_is_explained_with_the_stores_finding(
