@@ -192,6 +192,30 @@ def test_code_without_source_is_covered_by_its_name() -> None:
     assert canonical(namespace["made"]).endswith(".made")
 
 
+# The shipped lifecycles' table versions, pinned. A version digests the table and the
+# source of every guard, effect, invariant, step invariant, field rule and function
+# declared beside it (lifecycles.machines.versioning), so it changes whenever any of
+# them changes, a comment or docstring inside them included. Updating a pin is
+# deliberate: it says the shipped behaviour's code changed. Regenerate the pages in
+# the same commit (`lifecycles diagrams`; `lifecycles diagrams --check` fails until
+# then), and re-record the status snapshot (`lifecycles check --record-statuses`).
+PINNED_TABLE_VERSIONS = {"monitor": "4e9174d828bb", "outbox": "07b718a74298"}
+
+
+def test_the_shipped_table_versions_are_pinned() -> None:
+    from lifecycles.registry import registered
+
+    shipped = registered()
+    assert {name: shipped[name].table_version for name in PINNED_TABLE_VERSIONS} == (
+        PINNED_TABLE_VERSIONS)
+
+
+@pytest.mark.parametrize("name", sorted(PINNED_TABLE_VERSIONS))
+def test_the_pages_are_generated_from_the_pinned_version(name: str) -> None:
+    page = (ROOT / "diagrams" / f"{name}.md").read_text()
+    assert f"table version **`{PINNED_TABLE_VERSIONS[name]}`**" in page
+
+
 def test_the_version_is_the_same_in_every_process() -> None:
     program = ("from lifecycles.machines.monitor import MONITOR; "
                "from lifecycles.machines.outbox import OUTBOX; "

@@ -513,3 +513,53 @@ def test_temporary_files_left_by_a_killed_writer_are_removed(tmp_path: Path) -> 
         ["delivered/leftover", "pending/leftover", look_alike, "quarantine/leftover"]
     )
     assert left[ours] == [look_alike]
+
+
+# --- text no UTF-8 can hold, and NaN in a stored record -------------------------------
+
+
+def test_a_request_holding_a_lone_surrogate_is_refused_as_an_invalid_request() -> None:
+    """A lone surrogate (``"\\ud800"``) is a ``str`` that UTF-8 cannot encode. The
+    reference lets the ``UnicodeEncodeError`` of its size check escape from
+    ``CloseRequest``; lifecycles refuses it as an ``InvalidCloseRequestError`` naming
+    ``intent_within_payload_bound`` (an intent that cannot be encoded has no size within
+    the bound), whose message is the payload bound's."""
+    fields = {"run_id": "r", "transaction_id": "t", "action": "complete",
+              "result": {"a": "\ud800"}}
+    with pytest.raises(UnicodeEncodeError):
+        ref.CloseRequest(**fields)
+    with pytest.raises(ours.InvalidCloseRequestError) as refused:
+        ours.CloseRequest(**fields)
+    assert str(refused.value) == "close request exceeds 65536 encoded bytes"
+    assert refused.value.rules == ("intent_within_payload_bound",)
+
+
+@pytest.mark.parametrize(
+    ("result", "theirs", "mine"),
+    [
+        ('{"a":"\\ud800"}', "cannot decode outbox record {name}: UnicodeEncodeError",
+         "close request exceeds 65536 encoded bytes (rules: intent_within_payload_bound)"),
+        ('{"a":NaN}', "result floats must be finite",
+         "cannot decode outbox record {name}: ValueError (rules: record_decodes)"),
+    ],
+    ids=["lone surrogate", "NaN"],
+)
+def test_a_stored_record_the_reference_decodes_differently_is_quarantined_with_another_reason(
+    tmp_path: Path, result: str, theirs: str, mine: str
+) -> None:
+    """Both quarantine a stored record whose result holds an escaped lone surrogate, or
+    ``NaN`` (which JSON does not have), but with other reasons. A surrogate: the
+    reference fails to encode the intent while it decodes the file (``cannot decode``);
+    lifecycles decodes it and finds the intent past the payload bound. ``NaN``: the
+    reference's decoder accepts it and its finite-float rule refuses it; lifecycles'
+    decoder refuses it as no JSON (``record_decodes``)."""
+    name = f"{entry_id(1)}.json"
+    data = record_file(1).replace(b'"result":{"i":1}', b'"result":' + result.encode())
+    assert data != record_file(1)
+    found = {}
+    for module in (ref, ours):
+        outbox = module.CloseOutbox(state_dir=tmp_path / module.__name__)
+        (outbox.pending_dir / name).write_bytes(data)
+        assert outbox.replay(accept_all).quarantined == 1
+        found[module] = reasons(outbox)
+    assert found == {ref: [theirs.format(name=name)], ours: [mine.format(name=name)]}
