@@ -13,7 +13,7 @@ import os
 import secrets
 import stat
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import attrs
 
@@ -128,7 +128,11 @@ def sync_files(staged: Sequence[StagedFile]) -> None:
         return
     if _sync_pool is None:
         _sync_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lifecycles-fsync")
-    for future in [_sync_pool.submit(os.fsync, file.fd) for file in staged]:
+    futures = [_sync_pool.submit(os.fsync, file.fd) for file in staged]
+    # Every fsync must have ended before anyone may close these descriptors (a failure
+    # discards the batch): only then is the first failure raised.
+    wait(futures)
+    for future in futures:
         future.result()
 
 

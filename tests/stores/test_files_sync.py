@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -45,10 +46,12 @@ def test_a_failed_fsync_in_a_batch_is_raised_after_every_fsync_ended(
     real_fsync, tried = os.fsync, []
 
     def failing(fd: int) -> None:
-        tried.append(fd)
         if fd == staged[1].fd:
+            tried.append(fd)
             raise OSError(errno.EIO, "injected")
+        time.sleep(0.05)  # the others end well after the failure is known
         real_fsync(fd)
+        tried.append(fd)  # ended: only now may its descriptor be closed
 
     monkeypatch.setattr(os, "fsync", failing)
     try:
