@@ -46,7 +46,7 @@ def test_a_failed_fsync_in_a_batch_is_raised_after_every_fsync_ended(
     real_fsync, tried = os.fsync, []
 
     def failing(fd: int) -> None:
-        if fd == staged[1].fd:
+        if fd == staged[0].fd:
             tried.append(fd)
             raise OSError(errno.EIO, "injected")
         time.sleep(0.05)  # the others end well after the failure is known
