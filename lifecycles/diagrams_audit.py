@@ -10,11 +10,11 @@ in declaration and table order, so the same code gives the same bytes.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from lifecycles.diagrams_page import _cell, _plain, _row, _table_rows, _table_section
+from lifecycles.loading import modules_beside
 from lifecycles.machines.audit import FiredBy, PublicErrors, RecordedCodes
 from lifecycles.machines.core import Lifecycle, Row
 
@@ -32,13 +32,8 @@ FACADES: Mapping[str, tuple[str, ...]] = {
 def declared(lifecycle: AnyLifecycle, kind: type[D]) -> D | None:
     """The ``kind`` declaration whose ``lifecycle`` is ``lifecycle``, or ``None``."""
     base: str = lifecycle.module
-    for name in (base, f"{base}_inputs", f"{base}_audit", *FACADES.get(base, ())):
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as error:
-            if error.name != name:
-                raise
-            continue
+    for _, module in modules_beside(
+            (base, f"{base}_inputs", f"{base}_audit", *FACADES.get(base, ()))):
         for value in vars(module).values():
             if isinstance(value, kind) and value.lifecycle is lifecycle:
                 return value

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import sysconfig
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -182,16 +182,23 @@ def explorations_in(module: ModuleType, target: str) -> list[tuple[AnyExploratio
     ]
 
 
-def find_exploration(lifecycle: AnyLifecycle) -> tuple[AnyExploration, str] | None:
-    """The exploration declared beside ``lifecycle``'s table: ``<module>_inputs``, then
-    ``<module>`` itself."""
-    for name in (f"{lifecycle.module}_inputs", lifecycle.module):
+def modules_beside(names: Iterable[str]) -> Iterator[tuple[str, ModuleType]]:
+    """Each module of ``names`` that exists, imported, with its name (a module that is
+    missing is passed over; one that fails to import raises)."""
+    for name in names:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as error:
             if error.name != name:
                 raise
             continue
+        yield name, module
+
+
+def find_exploration(lifecycle: AnyLifecycle) -> tuple[AnyExploration, str] | None:
+    """The exploration declared beside ``lifecycle``'s table: ``<module>_inputs``, then
+    ``<module>`` itself."""
+    for name, module in modules_beside((f"{lifecycle.module}_inputs", lifecycle.module)):
         for exploration, spec in explorations_in(module, name):
             if exploration.lifecycle is lifecycle:
                 return exploration, spec

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.monitor import CAPABILITIES, TABLE, answer, notification
+from support.monitor import CAPABILITIES, TABLE, notification, three_items
 from support.postgres import connect_in, require_postgres, temporary_schema
 
 from lifecycles.cli import main
@@ -22,10 +22,7 @@ from lifecycles.monitor import DurableTerminalProcessingMonitor
 @pytest.fixture
 def database(tmp_path: Path) -> Path:
     path = tmp_path / "monitor.db"
-    monitor = DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
-    for index in range(3):
-        monitor.register(*notification(index), now=10)
-    monitor.run_once(lambda e, s: answer(e, s, "succeeded"), "w1", now=20)
+    monitor = three_items(path)
     claimed = monitor.claim("w1", now=30, lease_seconds=100)
     assert claimed is not None and claimed["event_id"] == "e1"
     monitor.connection.close()

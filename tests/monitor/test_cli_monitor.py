@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.monitor import CAPABILITIES, answer, notification
+from support.monitor import CAPABILITIES, notification, three_items
 from support.postgres import connect_in, require_postgres, temporary_schema
 
 from lifecycles.cli import main
@@ -21,10 +21,7 @@ from lifecycles.monitor import DurableTerminalProcessingMonitor
 @pytest.fixture
 def database(tmp_path: Path) -> Path:
     path = tmp_path / "monitor.db"
-    monitor = DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
-    for index in range(3):
-        monitor.register(*notification(index), now=10)
-    monitor.run_once(lambda e, s: answer(e, s, "succeeded"), "w1", now=20)
+    three_items(path).connection.close()
     return path
 
 

@@ -82,6 +82,18 @@ class ReaderError(PublicReaderError):
         super().__init__(code, cms, retryable)
 
 
+def three_items(path: Path) -> Any:
+    """A monitor database at ``path`` with e0, e1, e2 registered at 10 and e0 succeeded
+    at 20 (the CLI tests' fixture); returns the monitor, still open."""
+    from lifecycles.monitor import DurableTerminalProcessingMonitor
+
+    monitor = DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
+    for index in range(3):
+        monitor.register(*notification(index), now=10)
+    monitor.run_once(lambda e, s: answer(e, s, "succeeded"), "w1", now=20)
+    return monitor
+
+
 def table_dump(connection: sqlite3.Connection) -> list[tuple[Any, ...]]:
     """Every row of the monitor table and the meta table, to show nothing changed."""
     rows = [
