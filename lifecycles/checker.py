@@ -98,8 +98,9 @@ from lifecycles.machines.exploration import (
     explore,
     replay,
 )
+from lifecycles.machines.findings import search_findings
 from lifecycles.machines.interleaving import InterleavingResult
-from lifecycles.machines.liveness import liveness
+from lifecycles.machines.liveness import Liveness, liveness
 from lifecycles.registry import registered
 from lifecycles.replay import TRACE_DIR_DEFAULT, import_root, write_replay
 from lifecycles.snapshot import (
@@ -341,13 +342,12 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
     one_sided = coverage.one_sided_guards
     if one_sided:
         say(f"  guards seen only one way (defensive, or inputs too narrow): {one_sided}")
-    if coverage.unfired_rows:
-        outcome.failures.append("rows never fired")
-        say(f"  FAIL rows never fired: {[row.label for row in coverage.unfired_rows]}")
-    if missing_statuses:
-        outcome.failures.append("statuses never reached")
-        say(f"  FAIL statuses never reached: {missing_statuses}")
-    _check_liveness(result, exploration, say, outcome)
+    found = _liveness_summary(result, exploration, say)
+    for finding in search_findings(exploration, result, found):
+        outcome.failures.append(finding.failure)
+        say(f"  FAIL {finding.message}")
+        if finding.state is not None:
+            _say_trace(result, exploration, finding.state, say)
     outcome.interleaving = check_workers(target, exploration, trace_dir, say, outcome)
     if mutants is not None and outcome.ok:  # a failing lifecycle's mutants tell nothing
         outcome.mutants = check_mutants(exploration, say, outcome,
@@ -356,14 +356,15 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
     return outcome
 
 
-def _check_liveness(result: ExplorationResult, exploration: AnyExploration,
-                    say: Callable[[str], None], outcome: Outcome) -> None:
-    """Every state keeps a way to a final status; every cycle avoiding one is declared
-    (:mod:`lifecycles.machines.liveness`). A search cut short proves neither."""
+def _liveness_summary(result: ExplorationResult, exploration: AnyExploration,
+                      say: Callable[[str], None]) -> Liveness | None:
+    """Print what liveness found (:mod:`lifecycles.machines.liveness`): how many states
+    can finish, the cycles without a final status and the declared ones. A search cut
+    short proves neither."""
     graph = result.graph
     if graph is None or result.truncated:
         say("  liveness: not checked (the search was cut at its bounds)")
-        return
+        return None
     found = liveness(graph, exploration.accepted_cycles)
     accepted = [cycle for cycle in found.cycles if cycle.accepted is not None]
     say(f"  liveness: {result.states - len(found.stuck)}/{result.states} states can reach a "
@@ -372,25 +373,17 @@ def _check_liveness(result: ExplorationResult, exploration: AnyExploration,
         assert cycle.accepted is not None
         say(f"    accepted: {', '.join(sorted(cycle.triggers))} ({cycle.size} states): "
             f"{cycle.accepted.reason}")
+    return found
 
-    def trace(state: int) -> None:
-        initial, steps = graph.trace_to(state)
-        say(f"    shortest trace (from initial record {initial}: "
-            f"{_summary(exploration.initial()[initial])}):")
-        for number, step in enumerate(steps, 1):
-            say(f"      {number}. {step.move}: {step.description}")
 
-    if found.stuck:
-        outcome.failures.append("states that cannot reach a final status")
-        say(f"  FAIL {len(found.stuck)} reachable states can never reach a final status "
-            "(a status that traps records, or a lease never rescued); the first found:")
-        trace(found.stuck[0])
-    for cycle in found.findings:
-        outcome.failures.append("a cycle without a final status")
-        say(f"  FAIL a cycle of {cycle.size} states never reaches a final status, made of "
-            f"{', '.join(sorted(cycle.triggers))}; declare it beside the table "
-            "(Exploration(accepted_cycles=...)) with the reason it is intended, or fix it:")
-        trace(cycle.entry)
+def _say_trace(result: ExplorationResult, exploration: AnyExploration, state: int,
+               say: Callable[[str], None]) -> None:
+    assert result.graph is not None
+    initial, steps = result.graph.trace_to(state)
+    say(f"    shortest trace (from initial record {initial}: "
+        f"{_summary(exploration.initial()[initial])}):")
+    for number, step in enumerate(steps, 1):
+        say(f"      {number}. {step.move}: {step.description}")
 
 
 def report_error(error: CheckerError, *, out: TextIO, err: TextIO, as_json: bool = False,

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from lifecycles.machines.exploration import Exploration, explore
+from lifecycles.machines.findings import search_findings
 from lifecycles.machines.interleaving import explore_workers
-from lifecycles.machines.liveness import liveness
 from lifecycles.machines.mutants import KINDS, Mutant, mutants, without_rule
 
 if TYPE_CHECKING:
@@ -62,25 +62,15 @@ def judge(mutant: Mutant, exploration: Exploration[Any], max_states: int) -> Ver
         return killed(f"violation: {violation.message}",
                       [f"{step.move}: {step.description}" for step in violation.trace],
                       violation.rules)
-    coverage = result.coverage
-    if coverage is not None and coverage.unfired_rows:
-        return killed(f"rows never fired: {[row.label for row in coverage.unfired_rows]}")
-    never = [s.value for s in mutant.lifecycle.statuses if s.value not in result.statuses]
-    if never:
-        return killed(f"statuses never reached: {never}")
-    if result.truncated or result.graph is None:
+    findings = search_findings(explored, result)
+    if findings:
+        first = findings[0]
+        steps = () if first.state is None or result.graph is None else (
+            result.graph.trace_to(first.state)[1])
+        return killed(first.message, [f"{step.move}: {step.description}" for step in steps])
+    if result.truncated:
         return Verdict(mutant.name, mutant.kind, mutant.change, None,
                        (f"undecided: the search passed {max_states} states",))
-    found = liveness(result.graph, explored.accepted_cycles)
-    if found.stuck:
-        _, steps = result.graph.trace_to(found.stuck[0])
-        return killed(f"liveness: {len(found.stuck)} states can never reach a final status",
-                      [f"{step.move}: {step.description}" for step in steps])
-    if found.findings:
-        cycle = found.findings[0]
-        _, steps = result.graph.trace_to(cycle.entry)
-        return killed(f"liveness: an undeclared cycle of {', '.join(sorted(cycle.triggers))}",
-                      [f"{step.move}: {step.description}" for step in steps])
     if explored.workers is not None:
         try:
             interleaved = explore_workers(explored)
@@ -91,11 +81,6 @@ def judge(mutant: Mutant, exploration: Exploration[Any], max_states: int) -> Ver
             return killed(f"interleaving ({finding.kind}): {finding.message}",
                           [f"{step.actor} {step.description}" for step in finding.trace],
                           finding.rules)
-    triggers = set(mutant.lifecycle.triggers)
-    for move in exploration.moves:
-        if not triggers & set(move.triggers):  # declared, but the table cannot take it
-            return killed(f"the move {move.name} fires {list(move.triggers)}, which no row "
-                          "of the table has any more")
     return Verdict(mutant.name, mutant.kind, mutant.change, None)
 
 
