@@ -244,15 +244,15 @@ class _Model(Generic[R]):
             (self.abstraction(record), relation(self._due_or_expiry(record)))
             for record in world.records
         )
-        hands = sorted(
-            ("",) if held is None else (
-                self.lifecycle.key_of(held.record),
-                held.record == by_key[self.lifecycle.key_of(held.record)],
-                held.token == self._token(by_key[self.lifecycle.key_of(held.record)]),
-            )
-            for held in world.workers
-        )
-        return records, tuple(hands)
+
+        def hand(held: Held[R] | None) -> tuple[object, ...]:
+            if held is None:
+                return ("",)
+            key = self.lifecycle.key_of(held.record)
+            stored = by_key[key]
+            return key, held.record == stored, held.token == self._token(stored)
+
+        return records, tuple(sorted(map(hand, world.workers)))
 
     def _token(self, record: R) -> object:
         return getattr(record, self.declared.token_field)
@@ -371,10 +371,8 @@ class _Model(Generic[R]):
             raise _Broken("record_lost", f"records {sorted(set(self.keys) - set(keys))} "
                           "were lost")
         for record in world.records:
-            if self.lifecycle.status_of(record) != self.lifecycle.leased:
-                continue
-            expiry = getattr(record, self.declared.expires_field)
-            if expiry is None or expiry <= world.now:
+            if (self.lifecycle.status_of(record) != self.lifecycle.leased
+                    or lease.is_expired(self.lifecycle, record, world.now)):
                 continue
             key = self.lifecycle.key_of(record)
             holders = [
