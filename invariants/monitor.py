@@ -342,6 +342,11 @@ REGISTRATION_IDENTITY = (
 """What identifies a notification: registering it again must repeat these exactly."""
 
 
+def same_notification(new: MonitorRecord, stored: MonitorRecord) -> bool:
+    """``new`` registers the very notification ``stored`` holds (REGISTRATION_IDENTITY)."""
+    return all(getattr(new, name) == getattr(stored, name) for name in REGISTRATION_IDENTITY)
+
+
 def _holder(before: MonitorRecord, i: Any) -> bool:
     return bool(i.worker_id == before.lease_owner and i.lease_token == before.lease_token)
 
@@ -393,8 +398,7 @@ def registering_again_changes_nothing(
 ) -> bool:
     """Registering again changes nothing, and only the same notification may be."""
     new = i.registration
-    return new is None or (after == before and all(
-        getattr(new, name) == getattr(before, name) for name in REGISTRATION_IDENTITY))
+    return new is None or (after == before and same_notification(new, before))
 
 
 MONITOR_INVARIANTS: InvariantSet[MonitorRecord] = InvariantSet(

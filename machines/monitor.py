@@ -30,7 +30,6 @@ from lifecycles.invariants.monitor import (
     ANSWER_RULES,
     ANSWER_SHAPE,
     MONITOR_INVARIANTS,
-    REGISTRATION_IDENTITY,
     RESPONSE_INVALID,
     STATE_INVALID,
     STATUS_SCHEMA,
@@ -42,6 +41,7 @@ from lifecycles.invariants.monitor import (
     delay,
     error_code,
     poll_interval,
+    same_notification,
     time,
     token,
 )
@@ -343,9 +343,7 @@ Inputs = MonitorInputs
 def same_registration(r: Record, i: Inputs) -> bool:
     """The notification registered again is the stored one (ids, status, digest, max_failures)."""
     new = i.registration
-    return new is not None and all(
-        getattr(new, name) == getattr(r, name) for name in REGISTRATION_IDENTITY
-    )
+    return new is not None and same_notification(new, r)
 
 
 @guard(refusal_code=CODE + "claim_lost")

@@ -50,6 +50,7 @@ from typing import Any
 
 import attrs
 
+from lifecycles.invariants.monitor import same_notification
 from lifecycles.machines.core import TransitionRefused
 from lifecycles.machines.exploration import (
     AcceptedCycle,
@@ -161,8 +162,7 @@ def register_inputs(r: MonitorRecord) -> list[MonitorInputs]:
 
 def _register_again(fire: Fire, record: MonitorRecord, inputs: MonitorInputs) -> MonitorRecord:
     """Registering the very same notification again is accepted and changes nothing."""
-    same = inputs.registration is not None and (
-        inputs.registration.notification_id == record.notification_id)
+    same = inputs.registration is not None and same_notification(inputs.registration, record)
     after: MonitorRecord = _accepted(lambda: fire("register", record, inputs), same,
                                      "registering the same notification again")
     return after
@@ -335,16 +335,18 @@ class ReadFailure:
 
 # --- what each kind of answer must lead to (checked on every step the moves take) ------
 
-REJECTED = frozenset({"not a mapping", "a field missing", "another schema", "another event",
-                      "other capabilities", "attempts above max", "leased without expiry",
-                      "retry_wait without error", "failed without error",
-                      "error code on success"})
-"""Labels of the answers that must end the attempt with response_invalid."""
-
-ANSWERED = {"pending": "watching", "leased": "watching", "leased, lease expired": "watching",
-            "retry_wait with error": "watching", "succeeded": "succeeded",
-            "failed with error": "failed"}
-"""Where each valid kind of answer takes the item: the trigger its kind names fires."""
+ANSWER_ENDS: dict[str, str] = {
+    **dict.fromkeys(("pending", "leased", "leased, lease expired", "retry_wait with error"),
+                    "watching"),
+    "succeeded": "succeeded", "failed with error": "failed",
+    **dict.fromkeys(("not a mapping", "a field missing", "another schema", "another event",
+                     "other capabilities", "attempts above max", "leased without expiry",
+                     "retry_wait without error", "failed without error",
+                     "error code on success"), RESPONSE_INVALID),
+}
+"""Where each kind of answer the exploration feeds must end: a valid kind in the status
+its trigger leads to, a rejected one failed with response_invalid (every label of
+:func:`responses` is here; tests/engine/test_step_invariants.py checks it)."""
 
 
 def _expect(accepted: bool, rule: str, detail: str) -> None:
@@ -353,15 +355,16 @@ def _expect(accepted: bool, rule: str, detail: str) -> None:
 
 
 def _classified(poll: Poll, after: MonitorRecord) -> MonitorRecord:
-    """The answer ended as its kind declares (REJECTED, ANSWERED)."""
+    """The answer ended as its kind declares (ANSWER_ENDS; a generated answer, drawn by
+    the generated tests, declares nothing)."""
+    expected = ANSWER_ENDS.get(poll.label)
     invalid = after.last_error_code == RESPONSE_INVALID
-    if poll.label in REJECTED:
+    if expected == RESPONSE_INVALID:
         _expect(invalid and after.status == "failed", "rejected_answer_ends_response_invalid",
                 f"{poll.label!r} ended {after.status} with {after.last_error_code}")
-    elif poll.label in ANSWERED:
-        _expect(not invalid and after.status == ANSWERED[poll.label],
-                "valid_answer_fires_its_trigger",
-                f"{poll.label!r} ended {after.status}, not {ANSWERED[poll.label]}")
+    elif expected is not None:
+        _expect(not invalid and after.status == expected, "valid_answer_fires_its_trigger",
+                f"{poll.label!r} ended {after.status}, not {expected}")
     return after
 
 

@@ -243,3 +243,11 @@ def test_each_new_outbox_step_rule_can_fail() -> None:
     other = OutboxInputs(now="2026-01-01T00:05:00+00:00", intent_digest="0" * 64)
     assert OUTBOX.invariants.broken_steps(fresh, fresh, other) == [
         "enqueue_again_changes_nothing"]
+
+
+def test_every_answer_the_monitor_exploration_feeds_declares_where_it_ends() -> None:
+    from lifecycles.machines.monitor_inputs import ANSWER_ENDS, responses
+
+    record = monitor_record(MonitorStatus.LEASED)
+    labels = [label for label, _ in responses(record)]
+    assert sorted(labels) == sorted(ANSWER_ENDS)  # each declared, none left over
