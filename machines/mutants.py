@@ -33,7 +33,7 @@ import attrs
 from lifecycles.invariants.core import InvariantSet
 from lifecycles.machines.core import DefinitionError, Lifecycle
 
-__all__ = ["KINDS", "EquivalentMutant", "Mutant", "mutants", "without_rule"]
+__all__ = ["KINDS", "EquivalentMutant", "Mutant", "mutants", "redeclared", "without_rule"]
 
 KINDS = ("drop_guard", "flip_guard", "redirect", "delete_row", "exit_final", "drop_invariant")
 
@@ -107,31 +107,34 @@ def _with(table: list[dict[str, Any]], number: int, entry: dict[str, Any]
     return [entry if at == number else e for at, e in enumerate(table, 1)]
 
 
-def _declared_again(lifecycle: Lifecycle[Any, Any], table: Sequence[Mapping[str, Any]],
-                    invariants: InvariantSet[Any] | None = None) -> Lifecycle[Any, Any]:
-    """``lifecycle`` with another table (and invariants), keeping only the guards and
-    effects the table still names (an unused declaration is no mistake of the rows)."""
-    named = {g for e in table for key in ("conditions", "unless") for g in _names(e.get(key))}
-    effects = {name for e in table for name in _names(e.get("after"))}
-    return Lifecycle(
-        name=lifecycle.name, statuses=lifecycle.statuses, table=table,
+def redeclared(lifecycle: Lifecycle[Any, Any], **changed: Any) -> Lifecycle[Any, Any]:
+    """``lifecycle`` declared again with some arguments ``changed`` (``table``,
+    ``invariants``, ``guards``...), keeping only the guards and effects its table names
+    (an unused declaration is no mistake of the rows)."""
+    declared: dict[str, Any] = dict(
+        name=lifecycle.name, statuses=lifecycle.statuses, table=lifecycle.table,
         initial=lifecycle.initial, final=lifecycle.final, creation=lifecycle.creation,
-        guards=[g for name, g in lifecycle.guards.items() if name in named],
-        effects=[e for name, e in lifecycle.effects.items() if name in effects],
-        invariants=lifecycle.invariants if invariants is None else invariants,
-        record_type=lifecycle.record_type,
+        guards=lifecycle.guards.values(), effects=lifecycle.effects.values(),
+        invariants=lifecycle.invariants, record_type=lifecycle.record_type,
         key_field=lifecycle.key_field, status_field=lifecycle.status_field,
         not_allowed_code=lifecycle.not_allowed_code, lease=lifecycle.lease,
         description=lifecycle.description, status_meanings=lifecycle.status_meanings,
         beside_the_table=lifecycle.beside_the_table, module=lifecycle.module,
     )
+    declared.update(changed)
+    table = declared["table"]
+    named = {g for e in table for key in ("conditions", "unless") for g in _names(e.get(key))}
+    effects = {name for e in table for name in _names(e.get("after"))}
+    declared["guards"] = [g for g in declared["guards"] if g.name in named]
+    declared["effects"] = [e for e in declared["effects"] if e.name in effects]
+    return Lifecycle(**declared)
 
 
 def mutants(lifecycle: Lifecycle[Any, Any], kinds: Sequence[str] = KINDS) -> Iterator[Mutant]:
     """Every mutant of ``lifecycle`` of the given kinds, in a stable order."""
     for name, kind, change, table in _table_mutants(lifecycle):
         if kind in kinds:
-            yield _built(name, kind, change, lambda t=table: _declared_again(lifecycle, t))
+            yield _built(name, kind, change, lambda t=table: redeclared(lifecycle, table=t))
     if "drop_invariant" not in kinds:
         return
     declared = lifecycle.invariants
@@ -148,7 +151,7 @@ def without_rule(lifecycle: Lifecycle[Any, Any], name: str) -> Lifecycle[Any, An
     declared = lifecycle.invariants
     fewer = InvariantSet(declared.code, [r for r in declared.invariants if r.name != name],
                          steps=[s for s in declared.steps if s.name != name])
-    return _declared_again(lifecycle, lifecycle.table, fewer)
+    return redeclared(lifecycle, invariants=fewer)
 
 
 def _built(name: str, kind: str, change: str, build: Any) -> Mutant:

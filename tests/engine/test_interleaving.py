@@ -23,6 +23,7 @@ from lifecycles.machines.interleaving import (
 from lifecycles.machines.liveness import liveness
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor_inputs import EXPLORATION as MONITOR_EXPLORATION
+from lifecycles.machines.mutants import redeclared
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # examples/ imports as from a clone's root
@@ -36,17 +37,7 @@ from examples.defects.late_completion import leased_jobs  # noqa: E402
 def variant(lifecycle: Lifecycle[Any, Any], table: Sequence[Mapping[str, Any]],
             **changed: Any) -> Lifecycle[Any, Any]:
     """``lifecycle`` declared again with another table (and other declarations)."""
-    declared: dict[str, Any] = dict(
-        name=lifecycle.name + "_variant", statuses=lifecycle.statuses, table=table,
-        initial=lifecycle.initial, final=lifecycle.final, creation=lifecycle.creation,
-        guards=lifecycle.guards.values(), effects=lifecycle.effects.values(),
-        invariants=lifecycle.invariants, record_type=lifecycle.record_type,
-        key_field=lifecycle.key_field, status_field=lifecycle.status_field,
-        not_allowed_code=lifecycle.not_allowed_code, lease=lifecycle.lease,
-        module=lifecycle.module,
-    )
-    declared.update(changed)
-    return Lifecycle(**declared)
+    return redeclared(lifecycle, table=table, **changed)
 
 
 def without_guard(table: Sequence[Mapping[str, Any]], trigger: str, guard: str

@@ -19,7 +19,7 @@ from lifecycles.checker_mutants import judge, judge_all
 from lifecycles.invariants.core import InvariantSet
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor_inputs import EXPLORATION as MONITOR_EXPLORATION
-from lifecycles.machines.mutants import KINDS, EquivalentMutant, mutants
+from lifecycles.machines.mutants import KINDS, EquivalentMutant, mutants, redeclared
 from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX_EXPLORATION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,9 +106,7 @@ def test_a_weak_lifecycle_is_told_which_mistakes_go_unnoticed() -> None:
     declared = MONITOR.invariants
     weaker = InvariantSet(declared.code, declared.invariants, steps=[
         s for s in declared.steps if s.name != "lease_ends_by_its_holder_or_by_expiry"])
-    from lifecycles.machines.mutants import _declared_again
-
-    lifecycle = _declared_again(MONITOR, MONITOR.table, weaker)
+    lifecycle = redeclared(MONITOR, invariants=weaker)
     verdicts = judge_all(attrs.evolve(MONITOR_EXPLORATION, lifecycle=lifecycle), jobs=1)
     survivors = {v.name for v in verdicts if v.killed_by is None}
     assert {"drop_guard 2 lease_has_expired", "drop_guard 3 lease_has_expired",
