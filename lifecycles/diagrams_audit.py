@@ -17,6 +17,7 @@ from lifecycles.diagrams_page import _cell, _plain, _row, _table_rows, _table_se
 from lifecycles.loading import modules_beside
 from lifecycles.machines.audit import FiredBy, PublicErrors, RecordedCodes
 from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.graph import statuses_in_flow_order
 
 AnyLifecycle = Lifecycle[Any, Any]
 D = TypeVar("D", FiredBy, PublicErrors, RecordedCodes)
@@ -64,12 +65,37 @@ def fired_by(lifecycle: AnyLifecycle) -> list[str]:
     )
     if found is None:
         intro += " No `FiredBy` is declared beside this table, so the second column is empty."
+    leased = _lease_facts(lifecycle)
     return _table_section(
         "Who fires each trigger", intro, ("trigger", "fired by", "rows (#, from → to, when)"),
-        (_row(f"`{trigger}`", _cell(said.get(trigger, "-")),
+        (_row(f"`{trigger}`",
+              _cell(" ".join(part for part in (said.get(trigger, "-"), leased.get(trigger))
+                             if part)),
               _rows_cell(lifecycle, trigger, grouped.get(trigger, [])))
          for trigger in order),
     )
+
+
+def _lease_facts(lifecycle: AnyLifecycle) -> dict[str, str]:
+    """What the lease protocol does with the claim and expiry triggers, from the
+    ``Lease`` declaration and the table (never written beside them a second time)."""
+    declared_lease = lifecycle.lease
+    if declared_lease is None:
+        return {}
+    claimable = [name for name in statuses_in_flow_order(lifecycle)
+                 if lifecycle.statuses(name) in lifecycle.claimable]
+    order = ", then ".join(f"`{name}`" for name in declared_lease.order_by)
+    return {
+        declared_lease.trigger: (
+            "The lease protocol leases the first due record: status "
+            + ", ".join(f"`{name}`" for name in claimable)
+            + f" with `{declared_lease.due_field}` <= now, in order of {order}; a record "
+            "its guards refuse is passed over, never raised."),
+        declared_lease.expiry_trigger: (
+            "The lease protocol fires it first, inside every claim, on each "
+            f"`{lifecycle.leased}` record whose `{declared_lease.expires_field}` <= that "
+            "claim's now."),
+    }
 
 
 def _rows_cell(lifecycle: AnyLifecycle, trigger: str, entries: list[list[Row]]) -> str:

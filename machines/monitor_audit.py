@@ -21,15 +21,11 @@ FIRED_BY = FiredBy(MONITOR, {
         "refused (`idempotency_collision`) when it differs."
     ),
     "claim": (
-        f"`claim(worker_id, now=..., lease_seconds=...)`, and the claim inside {_WORKER}. "
-        "It leases the first due record (`pending`, `watching` or `retry_wait` with "
-        "`next_poll_at` <= now, oldest `created_at` first, then `event_id`); a record its "
-        "guards refuse is passed over, never raised."
+        f"`claim(worker_id, now=..., lease_seconds=...)`, and the claim inside {_WORKER}."
     ),
     "expire_lease": (
-        "No timer: every claim (`claim`, `run_once`, `run_many`, any worker) first fires "
-        "it on every leased record whose `lease_expires_at` <= that call's now. Until "
-        "some worker claims, an expired lease stays `leased` (`health()` counts it in "
+        "No timer: every claim (`claim`, `run_once`, `run_many`, any worker). Until some "
+        "worker claims, an expired lease stays `leased` (`health()` counts it in "
         "`expired_leases`)."
     ),
     "observe_progress": (

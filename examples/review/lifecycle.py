@@ -329,11 +329,9 @@ FIRED_BY = FiredBy(REVIEW, {
     "submit": "The application, for a new document: `new_document(...)`, then the store's "
               "insert of `REVIEW.create(record)`.",
     "claim": "A reviewer's worker, through the lease protocol's claim "
-             "(`lifecycles.machines.lease.claim` on a store): the first `submitted` "
-             "document with `available_at` <= now, earliest `due_at` first; a document "
-             "past its deadline is passed over.",
-    "release_lease": "Every claim, first, on every `in_review` document whose "
-                     "`lease_expires_at` <= that claim's now.",
+             "(`lifecycles.machines.lease.claim` on a store); a document past its "
+             "deadline is passed over.",
+    "release_lease": "Every claim, on any reviewer's worker.",
     "approve": "The reviewer holding the lease, through the application.",
     "request_changes": "The reviewer holding the lease, through the application, with a "
                        "reason code.",

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from lifecycles.diagrams import generate
@@ -106,3 +107,18 @@ def test_the_pages_say_the_version_covers_the_code() -> None:
         page = PAGES[f"{name}.md"]
         assert f"Generated from table version **`{lifecycle.table_version}`**" in page
         assert "the source of every guard, effect, invariant and function beside it" in page
+
+
+def test_the_lease_facts_on_a_page_come_from_the_lease_declaration() -> None:
+    """Which statuses a claim takes, in what order, and what expiry fires on, are read
+    from the table and its Lease, not written beside them again."""
+    from lifecycles.machines.mutants import redeclared
+
+    monitor = SHIPPED["monitor"]
+    page = PAGES["monitor.md"]
+    assert ("leases the first due record: status `pending`, `watching`, `retry_wait` with "
+            "`next_poll_at` <= now, in order of `created_at`, then `event_id`") in page
+    assert "on each `leased` record whose `lease_expires_at` <= that claim's now" in page
+    reordered = redeclared(monitor, lease=attrs.evolve(monitor.lease, order_by=("event_id",)))
+    redrawn = generate({"monitor": reordered}, None).files["monitor.md"].decode()
+    assert "in order of `event_id`; a record" in redrawn
