@@ -43,8 +43,10 @@ Codes carry the schema's prefix.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from functools import lru_cache
 from typing import Any, ClassVar, TypeVar
 
 import psycopg
@@ -110,6 +112,38 @@ def _array_literal(items: Sequence[str]) -> str:
 def _described(value: Any) -> tuple[tuple[str, str], ...]:
     """An array of ``_COLUMNS_OF`` as (name, type) pairs."""
     return tuple((name, kind) for name, _, kind in (str(item).partition(" ") for item in value))
+
+
+_MARKERS = re.compile(r"%(.)", re.DOTALL)
+
+
+@lru_cache(maxsize=1024)
+def numbered_markers(statement: str) -> str | None:
+    """``statement`` with psycopg's ``%s`` markers as ``$1``, ``$2``... (and ``%%`` as
+    ``%``), run through a raw cursor; ``None`` when it holds another kind of marker.
+
+    psycopg converts a statement's markers on every execution once it is longer than its
+    own small cache takes (the whole-record compare-and-set is): that conversion cost
+    more worker CPU than the rest of a PostgreSQL run_once (``profile_postgres_cycle.py``).
+    """
+    pieces: list[str] = []
+    count = 0
+    last = 0
+    for marker in _MARKERS.finditer(statement):
+        kind = marker.group(1)
+        if kind not in "s%":
+            return None
+        pieces.append(statement[last:marker.start()])
+        if kind == "s":
+            count += 1
+            pieces.append(f"${count}")
+        else:
+            pieces.append("%")
+        last = marker.end()
+    if "%" in statement[last:]:
+        return None  # a lone % at the end: psycopg's own error is the clearer one
+    pieces.append(statement[last:])
+    return "".join(pieces)
 
 
 def _rows(cursor: Any) -> list[tuple[Any, ...]]:
@@ -308,14 +342,27 @@ class PostgresStore(SQLStore[R]):
         )
 
     def run(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self.connection.cursor(row_factory=tuple_row) as cursor:
-            cursor.execute(statement, params or None)
+        with self._cursor(statement, params) as cursor:
             return _rows(cursor)
 
     def change(self, statement: str, params: Sequence[Any]) -> int:
-        with self.connection.cursor() as cursor:
-            cursor.execute(statement, params)
+        with self._cursor(statement, params) as cursor:
             return int(cursor.rowcount)
+
+    def _cursor(self, statement: str, params: Sequence[Any]) -> Any:
+        """A cursor that has run ``statement``: its markers numbered once per statement
+        (:func:`numbered_markers`), else converted by psycopg as usual."""
+        raw = numbered_markers(statement) if params else None
+        cursor: Any = (
+            self.connection.cursor(row_factory=tuple_row) if raw is None
+            else psycopg.RawCursor(self.connection, row_factory=tuple_row)
+        )
+        try:
+            cursor.execute(statement if raw is None else raw, params or None)
+        except BaseException:
+            cursor.close()
+            raise
+        return cursor
 
     def columns_of(self, table: str) -> tuple[object, ...]:
         rows = self.run(

@@ -411,3 +411,23 @@ def test_an_async_connection_is_refused_plainly() -> None:
     async_connection = psycopg.AsyncConnection.__new__(psycopg.AsyncConnection)
     with pytest.raises(TypeError, match="synchronous"):
         open_monitor_store(async_connection, CAPABILITIES)  # type: ignore[arg-type]
+
+
+def test_statements_with_literal_percents_and_markers_run_as_psycopg_would(
+    pg_connect: Connect,
+) -> None:
+    connection = pg_connect()
+    store = open_monitor_store(connection, CAPABILITIES)
+    monitor = DurableTerminalProcessingMonitor(connection, CAPABILITIES)
+    register(monitor, 3)
+    rows = store.run(
+        "SELECT event_id, 7 %% 4 FROM cms_source_terminal_processing"
+        " WHERE event_id LIKE 'e%%' AND max_failures = %s ORDER BY event_id",
+        (5,),
+    )
+    assert rows == [("e0", 3), ("e1", 3), ("e2", 3)]
+    assert store.change(
+        "UPDATE cms_source_terminal_processing SET max_failures = %s WHERE event_id LIKE %s",
+        (6, "e1%"),
+    ) == 1
+    assert store.run("SELECT %s || '%%'", ("a",)) == [("a%",)]
