@@ -6,7 +6,10 @@ One worker drains ``--items`` due items with lifecycles' ``run_once``, then with
 SKIP LOCKED loop of ``bench_throughput.py``, each on a table filled (and ANALYZEd) just
 before, in a throw-away schema. Per cycle it prints the wall time, the worker's CPU
 (``time.process_time``) and the CPU of the server process serving its connection
-(``/proc/<pid>/stat``, so the server must run on this machine). With W workers on C
+(``/proc/<pid>/stat``, so the server must run on this machine). A third row,
+``statements``, replays the exact statements and parameters lifecycles sent (recorded
+on an identical table, same order, same tokens) with no Python around them: the cost of
+lifecycles' SQL alone, which no work on the Python side can go below. With W workers on C
 cores and W >= C, throughput is bounded by CPU per cycle, so ``raw CPU / lifecycles
 CPU`` bounds bench_throughput.py's PostgreSQL ratio at 4 workers on 2 cores. Not a
 ``bench_*`` file: ``run.py`` does not run it.
@@ -29,6 +32,7 @@ os.environ.setdefault(
     "LIFECYCLES_SEEDS", str(Path(__file__).resolve().parents[2] / "shared" / "seeds")
 )
 
+import psycopg
 from bench_throughput import (
     DSN_VARIABLE,
     LOCAL_DSN,
@@ -51,15 +55,63 @@ def server_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def drain(connection: Any, kind: str, items: Items, count: int,
-          receiver: Receiver) -> tuple[float, float, float]:
-    """(wall, worker CPU, server CPU) per cycle, in microseconds."""
+Sent = list[tuple[str, Any, bool]]  # (statement, params, whether it is $-numbered)
+
+
+def recorded(connection: Any, items: Items, count: int, receiver: Receiver) -> list[Sent]:
+    """The statements of each lifecycles run_once draining ``count`` items, per cycle."""
+    refill(connection, items, count)
+    monitor = DurableTerminalProcessingMonitor(connection, CAPABILITIES)
+    cycle = monitor_cycle(monitor, receiver, due_time(count))
+    cycles: list[Sent] = []
+    original = psycopg.Cursor.execute
+
+    def execute(cursor: Any, query: Any, params: Any = None, **options: Any) -> Any:
+        cycles[-1].append((query, params, isinstance(cursor, psycopg.RawCursor)))
+        return original(cursor, query, params, **options)
+
+    psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+    try:
+        while True:
+            cycles.append([])
+            if not cycle():
+                return [sent for sent in cycles[:-1]]
+    finally:
+        psycopg.Cursor.execute = original  # type: ignore[method-assign]
+
+
+def refill(connection: Any, items: Items, count: int) -> None:
     connection.execute(f"TRUNCATE {TABLE}")
     items.fill(connection, count, "%s")
     connection.execute(f"ANALYZE {TABLE}")
+
+
+def replay(connection: Any, cycles: list[Sent]) -> Any:
+    """A cycle that sends the next recorded cycle's statements as recorded."""
+    pending = iter(cycles)
+    raw = psycopg.RawCursor(connection)
+    plain = connection.cursor()
+
+    def cycle() -> bool:
+        sent = next(pending, None)
+        if sent is None:
+            return False
+        for query, params, numbered in sent:
+            (raw if numbered else plain).execute(query, params, prepare=True)
+        return True
+
+    return cycle
+
+
+def drain(connection: Any, kind: str, items: Items, count: int,
+          receiver: Receiver, statements: list[Sent]) -> tuple[float, float, float]:
+    """(wall, worker CPU, server CPU) per cycle, in microseconds."""
+    refill(connection, items, count)
     now = due_time(count)
     if kind == "raw":
         cycle = RawPostgres(connection, receiver, now, "w-raw").cycle
+    elif kind == "statements":
+        cycle = replay(connection, statements)
     else:
         monitor = DurableTerminalProcessingMonitor(connection, CAPABILITIES)
         cycle = monitor_cycle(monitor, receiver, now)
@@ -82,7 +134,8 @@ def main() -> int:
     args = parser.parse_args()
     schema = f"lc_profile_{secrets.token_hex(6)}"
     items, receiver = Items(args.items), Receiver(args.items)
-    figures: dict[str, list[tuple[float, float, float]]] = {"lifecycles": [], "raw": []}
+    kinds = ("lifecycles", "statements", "raw")
+    figures: dict[str, list[tuple[float, float, float]]] = {kind: [] for kind in kinds}
     try:
         with connect(args.dsn, connect_timeout=5) as admin:
             admin.execute(f"CREATE SCHEMA {schema}")  # ours: lc_profile_ + hex
@@ -92,9 +145,11 @@ def main() -> int:
     try:
         with connect(args.dsn, options=f"-c search_path={schema}") as connection:
             DurableTerminalProcessingMonitor(connection, CAPABILITIES)  # the schema
+            statements = recorded(connection, items, args.items, receiver)
             for round_ in range(args.rounds):
-                for kind in ("lifecycles", "raw") if round_ % 2 == 0 else ("raw", "lifecycles"):
-                    figures[kind].append(drain(connection, kind, items, args.items, receiver))
+                for kind in kinds if round_ % 2 == 0 else kinds[::-1]:
+                    figures[kind].append(
+                        drain(connection, kind, items, args.items, receiver, statements))
     finally:
         with connect(args.dsn) as admin:
             admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
@@ -108,6 +163,8 @@ def main() -> int:
         print(f"{kind:>12}{wall:>8.0f}{worker:>12.0f}{server:>12.0f}{cpu[kind]:>12.0f}")
     print(f"raw CPU / lifecycles CPU = {cpu['raw'] / cpu['lifecycles']:.2f}: what the ratio "
           "can reach once the workers outnumber the cores")
+    print(f"raw CPU / statements CPU = {cpu['raw'] / cpu['statements']:.2f}: the most it can reach"
+          " with lifecycles' statements as they are, whatever the Python around them costs")
     return 0
 
 
