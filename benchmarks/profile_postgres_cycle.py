@@ -9,7 +9,12 @@ before, in a throw-away schema. Per cycle it prints the wall time, the worker's 
 (``/proc/<pid>/stat``, so the server must run on this machine). A third row,
 ``statements``, replays the exact statements and parameters lifecycles sent (recorded
 on an identical table, same order, same tokens) with no Python around them: the cost of
-lifecycles' SQL alone, which no work on the Python side can go below. With W workers on C
+lifecycles' SQL alone, which no work on the Python side can go below. A fourth,
+``unchecked``, replays them with their checks cut out: the schema guards (catalogue and
+meta rows) become conditions on their own parameters and the rule verdicts become 0
+(what statements doing the same work without lifecycles' checks would cost); adding
+the Python measured as ``lifecycles - statements`` to it says what the ratio could reach
+if every check in the SQL were free. With W workers on C
 cores and W >= C, throughput is bounded by CPU per cycle, so ``raw CPU / lifecycles
 CPU`` bounds bench_throughput.py's PostgreSQL ratio at 4 workers on 2 cores. Not a
 ``bench_*`` file: ``run.py`` does not run it.
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import secrets
 import statistics
 import sys
@@ -103,6 +109,35 @@ def replay(connection: Any, cycles: list[Sent]) -> Any:
     return cycle
 
 
+GUARD = re.compile(r" AND ARRAY\(SELECT a\.attname .*?\) = \$(\d+)::text\[\]")
+META = re.compile(r" AND \(SELECT count\(\*\) FROM \S+\) = 1 AND EXISTS \(SELECT 1 FROM \S+ WHERE"
+                  r" [^()]*\)")
+VERDICT = re.compile(r", CASE WHEN .*? AS verdict")
+BROKEN = re.compile(r" OR \(CASE WHEN .*? THEN 0 ELSE 1 END\) = 1\)")
+
+
+def unchecked(statement: str) -> str:
+    """``statement`` without its schema guards and rule verdicts, its parameters kept."""
+
+    def kept(text: str) -> str:
+        return " AND " + " AND ".join(
+            f"{marker}::text IS NOT NULL" for marker in re.findall(r"\$\d+", text))
+
+    cut = GUARD.sub(lambda match: kept(match.group(0)), statement)
+    cut = META.sub(lambda match: kept(match.group(0)), cut)
+    cut = VERDICT.sub(", 0 AS verdict", cut)
+    return BROKEN.sub(")", cut)
+
+
+def without_checks(cycles: list[Sent]) -> list[Sent]:
+    cut = [[(unchecked(query), params, numbered) for query, params, numbered in sent]
+           for sent in cycles]
+    if any(GUARD.search(query) or META.search(query) or "THEN 0 ELSE" in query
+           for sent in cut for query, _, _ in sent) or cut == cycles:
+        raise SystemExit("the statements changed shape: update unchecked()")
+    return cut
+
+
 def drain(connection: Any, kind: str, items: Items, count: int,
           receiver: Receiver, statements: list[Sent]) -> tuple[float, float, float]:
     """(wall, worker CPU, server CPU) per cycle, in microseconds."""
@@ -112,6 +147,8 @@ def drain(connection: Any, kind: str, items: Items, count: int,
         cycle = RawPostgres(connection, receiver, now, "w-raw").cycle
     elif kind == "statements":
         cycle = replay(connection, statements)
+    elif kind == "unchecked":
+        cycle = replay(connection, without_checks(statements))
     else:
         monitor = DurableTerminalProcessingMonitor(connection, CAPABILITIES)
         cycle = monitor_cycle(monitor, receiver, now)
@@ -134,7 +171,7 @@ def main() -> int:
     args = parser.parse_args()
     schema = f"lc_profile_{secrets.token_hex(6)}"
     items, receiver = Items(args.items), Receiver(args.items)
-    kinds = ("lifecycles", "statements", "raw")
+    kinds = ("lifecycles", "statements", "unchecked", "raw")
     figures: dict[str, list[tuple[float, float, float]]] = {kind: [] for kind in kinds}
     try:
         with connect(args.dsn, connect_timeout=5) as admin:
@@ -165,6 +202,10 @@ def main() -> int:
           "can reach once the workers outnumber the cores")
     print(f"raw CPU / statements CPU = {cpu['raw'] / cpu['statements']:.2f}: the most it can reach"
           " with lifecycles' statements as they are, whatever the Python around them costs")
+    python = cpu["lifecycles"] - cpu["statements"]
+    print(f"raw CPU / (unchecked CPU + Python {python:.0f}) ="
+          f" {cpu['raw'] / (cpu['unchecked'] + python):.2f}: the most it can reach if every"
+          " check in the SQL cost nothing, with the Python as it is")
     return 0
 
 
