@@ -154,7 +154,10 @@ def test_the_command_is_registered(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_committed_diagrams_match_the_tables(capsys: pytest.CaptureFixture[str]) -> None:
-    drift = check(COMMITTED, generate(registered(), GRAPHVIZ))
+    # As `lifecycles diagrams --check` does: without Graphviz here, the pages still link
+    # the committed SVGs, so they are compared as committed.
+    committed = {path.name for path in COMMITTED.iterdir()}
+    drift = check(COMMITTED, generate(registered(), GRAPHVIZ, committed))
     assert drift.clean, f"run `lifecycles diagrams`: {drift}"
     for name in registered():
         assert f"{name}.md" in drift.compared and f"{name}.mmd" in drift.compared
