@@ -1,4 +1,5 @@
-"""`lifecycles monitor health|status|explain`: the monitor's answers for operators and scripts.
+"""`lifecycles monitor health|status|explain|constraints`: the monitor's answers for operators
+and scripts.
 
 ``explain EVENT_ID`` investigates one item: its status, every row open from it with each
 guard true or false for the inputs assumed now (a claim by a new worker, a completion
@@ -8,11 +9,14 @@ the rows leaving it.
 
 The database is a SQLite file (``--db FILE``) or a PostgreSQL database (``--dsn DSN``).
 ``--capabilities`` is the SHA-256 your workers pass as ``expected_capabilities_sha256``;
-the database records the one it is bound to in
+``constraints`` (PostgreSQL) lists the monitor's rules as named ``CHECK`` constraints
+and whether each is installed; ``--install`` makes the table carry exactly them
+(:mod:`lifecycles.stores.postgres_rules`), the one command here that changes the database.
+The database records the capabilities it is bound to in
 ``cms_source_terminal_processing_meta.expected_capabilities_sha256``, e.g.
 ``sqlite3 FILE 'SELECT expected_capabilities_sha256 FROM cms_source_terminal_processing_meta'``.
 
-Nothing is ever created: an ops command opens an existing database only. Errors are one
+Nothing else is ever created: an ops command opens an existing database only. Errors are one
 line on stderr; with ``--json`` also ``{"error": CODE, "message": ...}`` on stdout.
 """
 
@@ -26,6 +30,8 @@ import sqlite3
 import time
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from lifecycles.cli import CommandError, Parser, add_command, exit_code_table
 from lifecycles.explain import (
@@ -63,9 +69,11 @@ EXIT_UNREACHABLE = 9
 EXIT_CODES = (
     (EXIT_OK, "answered (health: status ok)"),
     (EXIT_BLOCKED, "health answered `blocked`: expired leases or failed items; explain "
-                   "answered: the item breaks rules (named in the output)"),
+                   "answered: the item breaks rules (named in the output); constraints: "
+                   "some rule constraint is missing or outdated"),
     (EXIT_USAGE, "usage error: a missing or malformed argument (error `usage`, "
-                 "`capabilities_invalid`, `time_invalid`, `event_invalid`, `dsn_invalid`)"),
+                 "`capabilities_invalid`, `time_invalid`, `event_invalid`, `dsn_invalid`, "
+                 "`postgres_only`)"),
     (EXIT_REFUSED, "the monitor refused; the code is printed (`missing`, `state_invalid` with "
                    "the event ids and broken rules, `schema_altered`, `legacy_unbound`, "
                    "`database_integrity`)"),
@@ -118,6 +126,8 @@ def register(subparsers: Any) -> None:
         ("status", _status, "one item's status"),
         ("explain", _explain, "one item: its status, the rows open from it and which of "
                               "their guards hold now, the invariants it keeps"),
+        ("constraints", _constraints, "PostgreSQL: the rules as named CHECK constraints, "
+                                      "installed or not; --install adds them"),
     ):
         command = commands.add_parser(
             name, parents=[common], help=summary, description=f"{summary}.\n\n{__doc__}",
@@ -126,6 +136,10 @@ def register(subparsers: Any) -> None:
         )
         if name in ("status", "explain"):
             command.add_argument("event_id", metavar="EVENT_ID")
+        if name == "constraints":
+            command.add_argument("--install", action="store_true",
+                                 help="make the table's lc_ constraints exactly the rules, in "
+                                      "one transaction (refused when stored rows break one)")
         if name == "explain":
             command.add_argument("--mermaid", action="store_true",
                                  help="draw the item's status and the rows leaving it as "
@@ -377,3 +391,50 @@ def _explain(args: argparse.Namespace) -> int:
                        now=str(now))
 
     return print_explanation(MONITOR, _answer(args, ask), args.json, args.mermaid)
+
+
+def _constraints(args: argparse.Namespace) -> int:
+    if args.db is not None:
+        raise _fail(EXIT_USAGE, "postgres_only", "constraints: only PostgreSQL carries the "
+                    "rules as CHECK constraints; pass --dsn (SQLite keeps the reference schema)")
+    from lifecycles.stores.postgres_rules import (
+        ConstraintChanges,
+        install_rule_constraints,
+        installed_rule_constraints,
+        rule_constraints,
+    )
+
+    def ask(monitor: DurableTerminalProcessingMonitor, now: float) -> Any:
+        with public_errors(monitor.store):
+            changes = install_rule_constraints(monitor.store) if args.install else None
+            return (changes, rule_constraints(monitor.store),
+                    installed_rule_constraints(monitor.store))
+
+    changes, declared, present = _answer(args, ask)
+    states = {
+        c.name: "installed" if present.get(c.name) == c.digest
+        else "outdated" if c.name in present else "missing"
+        for c in declared.constraints
+    }
+    stray = sorted(set(present) - set(states))
+    if args.json:
+        print(json.dumps({
+            "constraints": [{"name": c.name, "rule": c.rule, "field": c.field,
+                             "state": states[c.name]} for c in declared.constraints],
+            "not_declared": stray, "python_only": declared.left_out,
+            **({"changes": attrs.asdict(changes)} if changes is not None else {}),
+        }))
+    else:
+        if isinstance(changes, ConstraintChanges):
+            print(f"installed: {len(changes.added)} added, {len(changes.replaced)} replaced,"
+                  f" {len(changes.removed)} removed, {len(changes.kept)} kept")
+        width = max((len(c.name) for c in declared.constraints), default=0)
+        for c in declared.constraints:
+            rule = f"{c.rule} on {c.field}" if c.field else f"invariant {c.rule}"
+            print(f"  {c.name:<{width}}  {states[c.name]:<9}  {rule}")
+        for name in stray:
+            print(f"  {name:<{width}}  not declared (a later --install drops it)")
+        for rule, why in declared.left_out.items():
+            print(f"  Python only: {rule} ({why})")
+    current = all(state == "installed" for state in states.values()) and not stray
+    return EXIT_OK if current else EXIT_BLOCKED

@@ -296,8 +296,9 @@ class PostgresStore(SQLStore[R]):
             ) as cursor:
                 cursor.execute(plan.statement, params, prepare=True)
                 found = _rows(cursor)
-        except psycopg.errors.InvalidTextRepresentation:
-            # A rule broken by the record as it was or as written: nothing was written.
+        except (psycopg.errors.InvalidTextRepresentation, psycopg.errors.CheckViolation):
+            # A rule broken by the record as it was or as written (or a rule constraint,
+            # lifecycles.stores.postgres_rules, refusing it): nothing was written.
             # The protocol reads it again and refuses it as any read does.
             return lease_protocol.UNSETTLED
         if not found:
