@@ -21,6 +21,7 @@ from support.monitor import CAPABILITIES, answer, notification
 from support.postgres import Connect, connect_in, pg_connect, pg_schema, require_postgres
 from test_rules_in_sql import POSTGRES_ROWS, python_field_verdicts
 
+from lifecycles.checker import import_target
 from lifecycles.cli import main
 from lifecycles.invariants.core import InvariantViolation, build_record, field_rules
 from lifecycles.invariants.monitor import COLUMNS, STATE_INVALID, MonitorRecord
@@ -278,3 +279,27 @@ def test_a_claim_the_server_refuses_is_decided_again_and_refused_as_state_invali
     assert raised.value.code == STATE_INVALID_CODE
     assert "token_syntax" in raised.value.rules
     assert rows(connection) == before
+
+
+def test_any_lifecycle_gets_constraints_for_its_rules_with_an_sql_form(
+    pg_connect: Connect,
+) -> None:
+    """The review example on a derived table: its library field rules become constraints;
+    its rules written as Python functions stay Python-only, each with the reason."""
+    from lifecycles.stores.postgres import PostgresStore
+
+    import_target(str(Path(__file__).resolve().parents[2] / "examples" / "review" / "lifecycle.py"))
+    from examples.review.lifecycle import REVIEW
+
+    store = PostgresStore(REVIEW, pg_connect())
+    declared = rule_constraints(store)
+    python_only = {"decision_known", *(rule.name for rule in REVIEW.invariants)}
+    assert set(declared.left_out) == python_only
+    assert all(why for why in declared.left_out.values())
+    assert {c.rule for c in declared.constraints} & python_only == set()
+    assert {(c.field, c.rule) for c in declared.constraints} >= {
+        ("doc_id", "token_syntax"), ("revision", "revision_bounds"),
+        ("due_at", "time_finite_non_negative")}
+    changes = install_rule_constraints(store)
+    assert sorted(changes.added) == sorted(installed_rule_constraints(store))
+    assert len(changes.added) == len(declared.constraints)
