@@ -296,9 +296,9 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
      "page states them); what lies beyond them is not explored."),
     ("accepted cycle", "a cycle of triggers that never reaches a final status, declared "
      "beside the table with its reason; any other such cycle fails the check."),
-    ("interleaving", "one order in which several workers' steps (claim, complete, stop, "
-     "the clock moving) run against one store; the checker tries every order within its "
-     "bounds."),
+    ("interleaving", "one order in which several workers' steps (claim, a batch claim, "
+     "complete, stop, the clock moving) run against one store; the checker tries every "
+     "order within its bounds."),
     ("mutant", "the lifecycle with one mistake made on purpose in its declaration; "
      "`lifecycles check --mutants` checks each one, and a mutant the check passes "
      "survives: that mistake would go unnoticed. An equivalent mutant is one declared "

@@ -13,11 +13,18 @@ A *world* is the store's records, the clock and each worker's hand. Its steps:
 * **claim** (worker *w*, idle): :func:`~lifecycles.machines.lease.claim` in one
   transaction: every expired lease rescued, then the first due record leased under a
   fresh token;
-* **complete** (worker *w*, holding a lease): its reader or deliver call ended one of
-  the declared ways (:class:`Work`), and :func:`~lifecycles.machines.lease.complete`
-  writes the finishing step: compare-and-set on the record as claimed, else on the
-  record as stored now, where the table's guards decide;
-* **stop** (worker *w*, holding a lease): the worker dies; its lease is left to expire;
+* **claim_many** (worker *w*, idle; with M >= 2 records and ``Workers.batches``):
+  :func:`~lifecycles.machines.lease.claim_many`, what ``run_many`` does: in one
+  transaction every expired lease rescued, then up to M due records leased, each under
+  a token of its own;
+* **complete** (worker *w*, holding leases): its reader or deliver call for one record
+  it holds ended one of the declared ways (:class:`Work`), and
+  :func:`~lifecycles.machines.lease.complete` writes the finishing step:
+  compare-and-set on the record as claimed, else on the record as stored now, where
+  the table's guards decide. A batch's records are completed one step each, in any
+  order and between other workers' steps: more interleavings than ``run_many``'s one
+  completing transaction allows, so nothing it can do is missed;
+* **stop** (worker *w*, holding leases): the worker dies; its leases are left to expire;
 * **tick**: the clock moves to the next moment a record becomes due or a lease expires
   (between two such moments no guard of the protocol changes its answer).
 
@@ -91,6 +98,7 @@ class Workers(Generic[R]):
     max_count: int = 3
     max_records: int = 2
     max_states: int = 400_000
+    batches: bool = True  # idle workers may also lease every record at once (claim_many)
 
     def sized(self, count: int | None = None, record_count: int | None = None) -> Workers[R]:
         """These workers with another number of workers or records (``ValueError``
@@ -106,8 +114,10 @@ class Workers(Generic[R]):
     @property
     def bounds(self) -> str:
         plural = "s" if self.record_count > 1 else ""
+        batch = ("; a worker may lease them all in one claim_many"
+                 if self.batches and self.record_count > 1 else "")
         return (f"{self.count} workers x {self.record_count} record{plural}; each call "
-                f"ends as {self.calls}; workers may stop holding a lease")
+                f"ends as {self.calls}; workers may stop holding a lease{batch}")
 
 
 @attrs.frozen
@@ -120,19 +130,21 @@ class Held(Generic[R]):
 
 @attrs.frozen
 class World(Generic[R]):
-    """The stored records (in key order), the clock, each worker's hand (``None``:
-    idle) and how many tokens were minted (for fresh names, not part of the state)."""
+    """The stored records (in key order), the clock, each worker's hand (the leases it
+    holds, in claim order; empty: idle) and how many tokens were minted (for fresh
+    names, not part of the state)."""
 
     records: tuple[R, ...]
     now: float
-    workers: tuple[Held[R] | None, ...]
+    workers: tuple[tuple[Held[R], ...], ...]
     minted: int = 0
 
 
 @attrs.frozen
 class InterleavedStep:
     """One step of an interleaving: who acted (``worker-2``, ``clock``), how
-    (``claim``, ``complete``, ``stop``, ``tick``), which of its choices, and what it did."""
+    (``claim``, ``claim_many``, ``complete``, ``stop``, ``tick``), which of its choices, and
+    what it did."""
 
     actor: str
     action: str
@@ -219,7 +231,7 @@ class _Model(Generic[R]):
         self.keys = tuple(self.lifecycle.key_of(record) for record in first)
         start = min((self._due_or_expiry(record) or 0.0 for record in first), default=0.0)
         self.start = start
-        self.initial: World[R] = World(tuple(first), start, (None,) * workers.count)
+        self.initial: World[R] = World(tuple(first), start, ((),) * workers.count)
 
     # -- what a world is, for the search --------------------------------------------
 
@@ -245,12 +257,13 @@ class _Model(Generic[R]):
             for record in world.records
         )
 
-        def hand(held: Held[R] | None) -> tuple[object, ...]:
-            if held is None:
-                return ("",)
+        def lease_held(held: Held[R]) -> tuple[object, ...]:
             key = self.lifecycle.key_of(held.record)
             stored = by_key[key]
             return key, held.record == stored, held.token == self._token(stored)
+
+        def hand(leases: tuple[Held[R], ...]) -> tuple[tuple[object, ...], ...]:
+            return tuple(sorted(map(lease_held, leases)))
 
         return records, tuple(sorted(map(hand, world.workers)))
 
@@ -265,18 +278,34 @@ class _Model(Generic[R]):
     def actions(self, world: World[R]) -> list[tuple[str, str, int]]:
         """Every step possible in ``world``: (actor, action, choice), in a fixed order."""
         found: list[tuple[str, str, int]] = []
-        for index, held in enumerate(world.workers):
+        batches = self.workers.batches and len(self.keys) > 1
+        for index, hand in enumerate(world.workers):
             name = _worker(index)
-            if held is None:
+            if not hand:
                 found.append((name, "claim", 0))
+                if batches:
+                    found.append((name, "claim_many", 0))
                 continue
-            inputs = self.workers.inputs(world.now, name, held.token)
-            found.extend((name, "complete", number)
-                         for number in range(len(self.workers.work(held.record, inputs))))
+            # One choice per (lease held, way its call ends), numbered in that order.
+            ways = sum(len(self._ways(world, name, held)) for held in hand)
+            found.extend((name, "complete", number) for number in range(ways))
             found.append((name, "stop", 0))
         if self._next_moment(world) is not None:
             found.append(("clock", "tick", 0))
         return found
+
+    def _ways(self, world: World[R], name: str, held: Held[R]) -> Sequence[Work[R]]:
+        return self.workers.work(held.record, self.workers.inputs(world.now, name, held.token))
+
+    def _chosen(self, world: World[R], name: str, hand: tuple[Held[R], ...], choice: int
+                ) -> tuple[int, int]:
+        """Choice ``choice`` of a completing worker: (which lease, which way it ends)."""
+        for position, held in enumerate(hand):
+            ways = len(self._ways(world, name, held))
+            if choice < ways:
+                return position, choice
+            choice -= ways
+        raise IndexError(f"{name} has no completion choice {choice}")
 
     def _next_moment(self, world: World[R]) -> float | None:
         later = [moment for moment in map(self._due_or_expiry, world.records)
@@ -292,42 +321,53 @@ class _Model(Generic[R]):
             assert moment is not None
             return attrs.evolve(world, now=moment), f"moves to {self.at(moment)}", False
         index = int(actor.rpartition("-")[2]) - 1
-        if action == "claim":
-            return self._claim(world, index)
-        held = world.workers[index]
-        assert held is not None
+        if action in ("claim", "claim_many"):
+            return self._claim(world, index, len(self.keys) if action == "claim_many" else 1)
+        hand = world.workers[index]
+        assert hand
         hands = list(world.workers)
-        hands[index] = None
         if action == "stop":
-            key = self.lifecycle.key_of(held.record)
+            hands[index] = ()
+            left = ", ".join(f"{held.token} of {self.lifecycle.key_of(held.record)}"
+                             for held in hand)
             return (attrs.evolve(world, workers=tuple(hands)),
-                    f"stops, leaving its lease {held.token} of {key} to expire", False)
+                    f"stops, leaving its lease{'s' if len(hand) > 1 else ''} {left} to expire",
+                    False)
+        position, way = self._chosen(world, actor, hand, choice)
+        hands[index] = hand[:position] + hand[position + 1:]
         store = MemoryStore(self.lifecycle, world.records)
-        refused, said = self._complete(store, world, index, held, choice)
+        refused, said = self._complete(store, world, index, hand[position], way)
         return attrs.evolve(world, records=store.held(), workers=tuple(hands)), said, refused
 
-    def _claim(self, world: World[R], index: int) -> tuple[World[R], str, bool]:
+    def _claim(self, world: World[R], index: int, limit: int) -> tuple[World[R], str, bool]:
+        """``limit`` 1: a claim (:func:`lease.claim`); more: a batch (:func:`lease.claim_many`)."""
         store = MemoryStore(self.lifecycle, world.records)
-        token = f"lease-{world.minted + 1}"
-        inputs = self.workers.inputs(world.now, _worker(index), token)
+        name = _worker(index)
+
+        def inputs_for(number: int) -> Any:  # each lease its own fresh token
+            return self.workers.inputs(world.now, name, f"lease-{world.minted + number + 1}")
+
         rows = _Rows(self.lifecycle)
-        said = f"claims at {self.at(world.now)}"
+        said = f"claims{f' up to {limit}' if limit > 1 else ''} at {self.at(world.now)}"
         try:
             with self.lifecycle.observing(rows):
-                granted = lease.claim(store, self.lifecycle, inputs)
+                if limit == 1:
+                    one = lease.claim(store, self.lifecycle, inputs_for(0))
+                    granted = [] if one is None else [one]
+                else:
+                    granted = lease.claim_many(store, self.lifecycle, inputs_for, limit)
         except InvariantViolation as error:
             raise _Broken("invariant", f"the claim broke a rule: {error}",
                           tuple(getattr(error, "rules", ())), said) from error
         hands = list(world.workers)
         said += (": " + ", then ".join(rows.fired_rows) if rows.fired_rows else ": nothing due")
-        if granted is not None:
-            # The worker works under the token its claimed record carries, as run_once
-            # does: not necessarily the one it asked for.
-            hands[index] = Held(granted, str(self._token(granted)))
-            said += f"; holds {self.lifecycle.key_of(granted)} under {self._token(granted)}"
-        after = store.held()
-        minted = world.minted + (granted is not None)
-        return World(after, world.now, tuple(hands), minted), said, granted is None
+        # The worker works under the token each claimed record carries, as run_once does:
+        # not necessarily the one it asked for.
+        hands[index] = tuple(Held(record, str(self._token(record))) for record in granted)
+        for held in hands[index]:
+            said += f"; holds {self.lifecycle.key_of(held.record)} under {held.token}"
+        minted = world.minted + len(granted)
+        return World(store.held(), world.now, tuple(hands), minted), said, not granted
 
     def _complete(self, store: MemoryStore[R], world: World[R], index: int, held: Held[R],
                   choice: int) -> tuple[bool, str]:
@@ -376,9 +416,8 @@ class _Model(Generic[R]):
                 continue
             key = self.lifecycle.key_of(record)
             holders = [
-                _worker(index) for index, held in enumerate(world.workers)
-                if held is not None and self.lifecycle.key_of(held.record) == key
-                and held.token == self._token(record)
+                _worker(index) for index, hand in enumerate(world.workers) for held in hand
+                if self.lifecycle.key_of(held.record) == key and held.token == self._token(record)
             ]
             if len(holders) > 1:
                 raise _Broken("two_live_leases",

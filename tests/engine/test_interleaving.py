@@ -128,7 +128,7 @@ def test_the_late_completion_replays_and_the_fixed_table_does_not() -> None:
     fixed = job_exploration(leased_jobs(guarded=True))
     world = replay_interleaving(fixed, 2, 1, steps)  # refused: every property holds
     assert [str(r.status) for r in world.records] == ["running"]
-    assert world.workers[0] is None and world.workers[1] is not None
+    assert world.workers[0] == () and len(world.workers[1]) == 1
 
 
 def test_a_replay_step_that_is_not_possible_is_a_trace_mismatch() -> None:
@@ -227,3 +227,50 @@ def test_a_lifecycle_without_workers_cannot_be_interleaved() -> None:
 
     with pytest.raises(ValueError, match="declares no workers"):
         explore_workers(OUTBOX)
+
+
+def test_a_worker_may_lease_every_record_in_one_batch_and_complete_each() -> None:
+    """claim_many, as run_many does it: one step leases both records, each under a token
+    of its own; the worker then completes them one step each, in either order."""
+    declared = MONITOR_EXPLORATION.workers
+    assert declared is not None and declared.batches
+    world = replay_interleaving(MONITOR_EXPLORATION, 1, 2, [("worker-1", "claim_many", 0)])
+    hand = world.workers[0]
+    assert [str(held.record.status) for held in hand] == ["leased", "leased"]
+    assert len({held.token for held in hand}) == 2
+    assert {held.token for held in hand} == {r.lease_token for r in world.records}
+    ways = len(declared.work(hand[0].record, declared.inputs(world.now, "worker-1",
+                                                             hand[0].token)))
+    # The second record's first way ends first, then the first record's first way.
+    world = replay_interleaving(MONITOR_EXPLORATION, 1, 2, [
+        ("worker-1", "claim_many", 0), ("worker-1", "complete", ways),
+        ("worker-1", "complete", 0)])
+    assert world.workers[0] == ()
+    assert "leased" not in [str(record.status) for record in world.records]
+
+
+def test_batches_reach_worlds_single_claims_do_not() -> None:
+    declared = MONITOR_EXPLORATION.workers
+    assert declared is not None
+    with_batches = explore_workers(MONITOR_EXPLORATION, declared.sized(2, 2))
+    without = explore_workers(MONITOR_EXPLORATION,
+                              attrs.evolve(declared.sized(2, 2), batches=False))
+    assert with_batches.finding is None and without.finding is None
+    assert with_batches.states > without.states
+    assert "claim_many" in declared.sized(2, 2).bounds
+    assert "claim_many" not in declared.sized(2, 1).bounds  # one record: a batch is a claim
+
+
+def test_a_late_completion_of_a_batched_lease_is_found() -> None:
+    """The late-completion defect with two jobs: the search also tries it through a
+    batch, and the first finding is still the shortest interleaving."""
+    declared = LATE.workers
+    assert declared is not None
+    finding = explore_workers(LATE, declared.sized(2, 2)).finding
+    assert finding is not None and finding.kind == "superseded_completion"
+    steps = [(s.actor, s.action, s.choice) for s in finding.trace]
+    assert len(steps) == 4 and steps[-1][1] == "complete"
+    batched = [("worker-1", "claim_many", 0), ("clock", "tick", 0),
+               ("worker-2", "claim_many", 0), ("worker-1", "complete", 0)]
+    with pytest.raises(InterleavingViolation, match="superseded lease was accepted"):
+        replay_interleaving(LATE, 2, 2, batched)
