@@ -64,13 +64,14 @@ from lifecycles.machines.exploration import (
 )
 from lifecycles.machines.interleaving import Work, Workers
 from lifecycles.machines.lease import StepOn
+from lifecycles.machines.memo import LIMIT, ByIdentity, identity_of, memoized
 from lifecycles.machines.monitor import (
     MONITOR,
     RESPONSE_INVALID,
-    STATUS_SCHEMA,
     FireMonitor,
     MonitorInputs,
     MonitorRecord,
+    PollStep,
     ReceiverAnswer,
     RetryPolicy,
     complete_with_answer,
@@ -81,11 +82,18 @@ from lifecycles.machines.monitor import (
     reader_error_code,
 )
 from lifecycles.machines.monitor_mutants import EQUIVALENT_MUTANTS
+from lifecycles.machines.monitor_responses import (
+    CAPABILITIES_SHA256,
+    START,
+    failure_responses,
+    progress_responses,
+    receiver_answer,
+    rejected_responses,
+    success_responses,
+)
 
-START = 1000.0
 LEASE_SECONDS = 600.0
 POLICY = RetryPolicy()
-CAPABILITIES_SHA256 = "c" * 64
 CLAIMER = "worker-a"
 INTRUDER = "worker-z"
 MAX_FAILURES = (1, 2, 3)
@@ -190,81 +198,6 @@ class Poll:
     label: str
     #: The live lease holder completes: the step must be accepted (the checker's polls).
     must_be_accepted: bool = False
-
-
-def receiver_answer(r: MonitorRecord, **fields: Any) -> dict[str, Any]:
-    """A receiver's status response about ``r``: pending, consistent, unless ``fields``
-    say otherwise (the exploration's responses and the generated tests' are built here)."""
-    response: dict[str, Any] = {
-        "schema": STATUS_SCHEMA, "notification_id": r.notification_id, "event_id": r.event_id,
-        "site_id": r.site_id, "terminal_status": r.terminal_status,
-        "notification_sha256": r.notification_sha256, "processing_status": "pending",
-        "attempts": 0, "max_attempts": 5, "next_attempt_at": START + 60.0,
-        "lease_expires_at": None, "lease_expired": False, "last_error_code": None,
-        "processed_at": None, "capabilities_sha256": CAPABILITIES_SHA256,
-    }
-    response.update(fields)
-    return response
-
-
-LEASE_AT_RECEIVER = START + 900.0
-
-
-def progress_responses(r: MonitorRecord) -> list[tuple[str, object]]:
-    """Answers that keep the item watched; the last parses but breaks an invariant."""
-    return [
-        ("pending", receiver_answer(r)),
-        ("leased", receiver_answer(r, processing_status="leased", attempts=1,
-                           lease_expires_at=LEASE_AT_RECEIVER)),
-        ("leased, lease expired", receiver_answer(r, processing_status="leased", attempts=1,
-                                          lease_expires_at=LEASE_AT_RECEIVER,
-                                          lease_expired=True)),
-        ("retry_wait with error", receiver_answer(r, processing_status="retry_wait", attempts=2,
-                                          last_error_code="cms.receiver_busy")),
-        # The reference's defect: parses, but breaks
-        # receiver_error_iff_receiver_waiting_or_failed.
-        ("retry_wait without error",
-         receiver_answer(r, processing_status="retry_wait", attempts=2)),
-    ]
-
-
-def success_responses(r: MonitorRecord) -> list[tuple[str, object]]:
-    return [
-        ("succeeded", receiver_answer(r, processing_status="succeeded", attempts=1,
-                              processed_at=START + 5.0)),
-        ("error code on success", receiver_answer(r, processing_status="succeeded", attempts=1,
-                                          processed_at=START, last_error_code="cms.oops")),
-    ]
-
-
-def failure_responses(r: MonitorRecord) -> list[tuple[str, object]]:
-    return [
-        ("failed with error", receiver_answer(r, processing_status="failed", attempts=5,
-                                      last_error_code="cms.publication_failed")),
-        # The reference's defect again, on the failed side.
-        ("failed without error", receiver_answer(r, processing_status="failed", attempts=5)),
-    ]
-
-
-def rejected_responses(r: MonitorRecord) -> list[tuple[str, object]]:
-    """Responses parse_answer refuses: the attempt fails with response_invalid."""
-    missing = receiver_answer(r)
-    del missing["processed_at"]
-    return [
-        ("not a mapping", ["pending"]),
-        ("a field missing", missing),
-        ("another schema", receiver_answer(r, schema="blun.other.v1")),
-        ("another event", receiver_answer(r, event_id="evt-other")),
-        ("other capabilities", receiver_answer(r, capabilities_sha256="d" * 64)),
-        ("attempts above max", receiver_answer(r, attempts=6, max_attempts=5)),
-        ("leased without expiry", receiver_answer(r, processing_status="leased", attempts=1)),
-    ]
-
-
-def responses(r: MonitorRecord) -> list[tuple[str, object]]:
-    """Every kind of receiver response about ``r``, labelled."""
-    return [*progress_responses(r), *success_responses(r), *failure_responses(r),
-            *rejected_responses(r)]
 
 
 def held_inputs(r: MonitorRecord) -> MonitorInputs:
@@ -390,18 +323,69 @@ def _accepted(step: Callable[[], MonitorRecord], must: bool, what: str) -> Monit
 # --- the moves: one per trigger -------------------------------------------------------
 
 
-def _completion(complete: Completer) -> Callable[[Fire, MonitorRecord, Poll], MonitorRecord]:
+# What the moves' choices read of a record (lifecycles.machines.memo): the responses are
+# about its notification (IDENTITY, all parse_answer reads of it), the polls are timed by
+# its clock and lease (tests/engine/test_checker_memo.py holds each to its function).
+IDENTITY = identity_of("event_id", "notification_id", "site_id", "terminal_status",
+                       "notification_sha256")
+HELD = identity_of("updated_at", "lease_owner", "lease_token", "lease_expires_at",
+                   "event_id", "notification_id", "site_id", "terminal_status",
+                   "notification_sha256")
+
+
+class _Once:
+    """What an exploration's moves compute once: the responses its memoized choices carry
+    (built there, never changed) parsed once per notification; each poll's step (its
+    inputs and answer are frozen). A response built elsewhere is parsed every time."""
+
+    def __init__(self) -> None:
+        self.built: dict[int, object] = {}
+        self.parsed: ByIdentity[ReceiverAnswer | None] = ByIdentity()
+        self.steps: ByIdentity[PollStep] = ByIdentity()
+
+    def polls(self, reads: Callable[[MonitorRecord], Any],
+              compute: Callable[[MonitorRecord], Sequence[Any]]
+              ) -> Callable[[MonitorRecord], tuple[Any, ...]]:
+        def build(r: MonitorRecord) -> Sequence[Any]:
+            made = compute(r)
+            if len(self.built) >= LIMIT:
+                self.built.clear()
+            self.built.update((id(c.response), c.response) for c in made if isinstance(c, Poll))
+            return made
+
+        build.__doc__ = compute.__doc__
+        cached = memoized(reads, build)
+        cached.uncached = compute  # type: ignore[attr-defined]
+        return cached
+
+    def parse(self, response: object, record: MonitorRecord) -> ReceiverAnswer | None:
+        if self.built.get(id(response)) is not response:
+            return parse_answer(response, record, CAPABILITIES_SHA256)
+        return self.parsed.get(response, IDENTITY(record), lambda: parse_answer(
+            response, record, CAPABILITIES_SHA256))
+
+
+def _completion(complete: Completer, once: _Once | None = None
+                ) -> Callable[[Fire, MonitorRecord, Poll], MonitorRecord]:
+    once_ = once or _Once()
+
     def run(fire: Fire, record: MonitorRecord, poll: Poll) -> MonitorRecord:
-        answer = parse_answer(poll.response, record, CAPABILITIES_SHA256)
-        after = _accepted(lambda: complete(record, answer, poll.inputs, fire),
-                          poll.must_be_accepted, f"the holder's answer {poll.label!r}")
+        answer = once_.parse(poll.response, record)
+        if complete is _complete:  # complete_with_answer: poll_step(...).fire(record, fire)
+            step = once_.steps.get(poll, answer, lambda: poll_step(poll.inputs, answer))
+            after = _accepted(lambda: step.fire(record, fire), poll.must_be_accepted,
+                              f"the holder's answer {poll.label!r}")
+        else:
+            after = _accepted(lambda: complete(record, answer, poll.inputs, fire),
+                              poll.must_be_accepted, f"the holder's answer {poll.label!r}")
         return _classified(poll, after)
 
     return run
 
 
-def _fail_attempt(complete: Completer) -> Callable[[Fire, MonitorRecord, Any], MonitorRecord]:
-    completion = _completion(complete)
+def _fail_attempt(complete: Completer, once: _Once | None = None
+                  ) -> Callable[[Fire, MonitorRecord, Any], MonitorRecord]:
+    completion = _completion(complete, once)
 
     def run(fire: Fire, record: MonitorRecord, choice: ReadFailure | Poll) -> MonitorRecord:
         if isinstance(choice, Poll):
@@ -491,7 +475,8 @@ def monitor_exploration(
     low, high = max_failures
     if not 1 <= low <= high <= 20:
         raise ValueError(f"max_failures {low}..{high} is not within 1..20")
-    completion = _completion(complete)
+    once = _Once()
+    completion = _completion(complete, once)
 
     def observe(trigger: str, kinds: Callable[[MonitorRecord], list[tuple[str, object]]],
                 strategy: str, refusals: bool = False) -> Move[MonitorRecord, Poll]:
@@ -499,24 +484,30 @@ def monitor_exploration(
             return _live_polls(r, kinds(r)) + (_refused_polls(r) if refusals else [])
 
         return Move(
-            name=trigger, triggers=(trigger, "fail_attempt"), choices=choices, run=completion,
+            name=trigger, triggers=(trigger, "fail_attempt"), choices=once.polls(HELD, choices),
+            run=completion,
             strategy=strategy_in(STRATEGIES, strategy), describe=_describe_poll,
             meaning=f"the lease holder completes the poll with an answer aimed at {trigger}",
         )
 
     moves: Sequence[Move[MonitorRecord, Any]] = (
-        Move(name="register", triggers=("register",), choices=register_inputs,
+        Move(name="register", triggers=("register",), choices=memoized(identity_of(
+                 "updated_at", "max_failures", "event_id", "notification_id", "site_id",
+                 "terminal_status", "notification_sha256"), register_inputs),
              run=_register_again, meaning="the same event id is registered again"),
-        trigger_move("claim", claim_inputs, strategy=strategy_in(STRATEGIES, "claim_strategy"),
+        trigger_move("claim", memoized(identity_of(
+                         "updated_at", "next_poll_at", "poll_attempts"), claim_inputs),
+                     strategy=strategy_in(STRATEGIES, "claim_strategy"),
                      describe=_describe_timed, meaning="a worker leases the item"),
-        trigger_move("expire_lease", expiry_inputs,
+        trigger_move("expire_lease", memoized(identity_of(
+                         "updated_at", "lease_expires_at"), expiry_inputs),
                      strategy=strategy_in(STRATEGIES, "expiry_strategy"),
                      describe=_describe_timed, meaning="recovery of an expired lease"),
         observe("observe_progress", progress_responses, "progress_strategy", refusals=True),
         observe("observe_success", success_responses, "success_strategy"),
         observe("observe_failure", failure_responses, "failure_strategy"),
-        Move(name="fail_attempt", triggers=("fail_attempt",), choices=fail_attempt_choices,
-             run=_fail_attempt(complete),
+        Move(name="fail_attempt", triggers=("fail_attempt",),
+             choices=once.polls(HELD, fail_attempt_choices), run=_fail_attempt(complete, once),
              strategy=strategy_in(STRATEGIES, "fail_attempt_strategy"),
              describe=_describe_fail_attempt,
              meaning="the read raised, or its response was rejected by parse_answer"),
