@@ -357,12 +357,13 @@ class Graph:
 
 
 class _Fired:
-    """Collects the triggers of the rows fired during one move, and the last record a
-    row made (the engine checked its invariants: the search need not again)."""
+    """Collects the triggers of the rows fired during one move, and the last row fired
+    and record it made (the engine checked its invariants: the search need not again)."""
 
     def __init__(self) -> None:
         self.triggers: set[str] = set()
         self.last: Any = None
+        self.row: Row | None = None
 
     def attempted(self, lifecycle: Any, trigger: str, record: Any, inputs: Any) -> None:
         pass
@@ -370,6 +371,65 @@ class _Fired:
     def fired(self, lifecycle: Any, row: Row, before: Any, after: Any) -> None:
         self.triggers.add(row.trigger)
         self.last = after
+        self.row = row
+
+
+def _by_value(inputs: object, known: dict[type, bool] = {}) -> bool:  # noqa: B006 - a cache
+    """Whether ``inputs`` hash by value (frozen attrs, tuples, str...): two equal ones are
+    the same inputs to a pure transition. Mutable objects hash by identity, or not at all."""
+    kind = type(inputs)
+    found = known.get(kind)
+    if found is None:
+        found = known[kind] = kind.__hash__ is not None and kind.__hash__ is not object.__hash__
+    return found
+
+
+class _Repeats:
+    """``lifecycle.fire`` that fires each (trigger, inputs) once per state.
+
+    A transition is a pure function of (record, inputs), and a state's moves often fire
+    the same inputs (the monitor's rejected answers all fail the attempt alike). On a
+    repeat the observers are told exactly what the engine told them the first time (the
+    attempt, then the row fired or nothing) and the same record or error comes back.
+    Only fires on the state's own record, with inputs that hash by value, are kept.
+    """
+
+    def __init__(self, lifecycle: Lifecycle[Any, Any], fired: _Fired) -> None:
+        self.lifecycle, self.fired = lifecycle, fired
+        self.record: Any = None
+        self.seen: dict[tuple[str, Any], tuple[Row | None, Any, BaseException | None]] = {}
+
+    def start(self, record: Any) -> None:
+        self.record = record
+        self.seen.clear()
+
+    def fire(self, trigger: str, record: Any, inputs: Any) -> Any:
+        lifecycle = self.lifecycle
+        if record is not self.record or not _by_value(inputs):
+            return lifecycle.fire(trigger, record, inputs)
+        key = (trigger, inputs)
+        try:
+            entry = self.seen.get(key)
+        except TypeError:  # a field that does not hash (a list): fired every time
+            return lifecycle.fire(trigger, record, inputs)
+        if entry is None:
+            self.fired.row = None
+            try:
+                after = lifecycle.fire(trigger, record, inputs)
+            except Exception as error:
+                self.seen[key] = (None, None, error)
+                raise
+            self.seen[key] = (self.fired.row, after, None)
+            return after
+        row, after, raised = entry
+        observers = lifecycle._observers
+        for observer in observers:
+            observer.attempted(lifecycle, trigger, record, inputs)
+        if raised is not None:
+            raise raised.with_traceback(None)
+        for observer in observers:
+            observer.fired(lifecycle, row, record, after)  # type: ignore[arg-type]
+        return after
 
 
 @attrs.frozen
@@ -479,7 +539,8 @@ def explore(
         if find(key, hash(key)) is None:
             queue.append(add_node(_Node(record, -1, None, 0, number), key, hash(key)))
 
-    fire, max_depth, max_states = lifecycle.fire, exploration.max_depth, exploration.max_states
+    repeats = _Repeats(lifecycle, fired)
+    fire, max_depth, max_states = repeats.fire, exploration.max_depth, exploration.max_states
     with lifecycle.observing(coverage), lifecycle.observing(fired):
         report_at = started + PROGRESS_AFTER
         while queue and result.violation is None:
@@ -493,6 +554,7 @@ def explore(
                 result.truncated = True
                 continue
             record = node.record
+            repeats.start(record)
             status = str(lifecycle.status_of(record))
             moves = moves_from.get(status)
             if moves is None:

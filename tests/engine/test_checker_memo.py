@@ -64,3 +64,30 @@ def test_a_memo_starts_again_empty_when_full_and_never_confuses_two_objects() ->
     assert by_identity.get(first, "k", lambda: 1) == 1
     assert by_identity.get(second, "k", lambda: 2) == 2
     assert by_identity.get(first, "k", lambda: 3) == 1
+
+
+class Counting:
+    """An observer of the monitor besides the search's own."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.rows = 0
+
+    def attempted(self, lifecycle: object, trigger: str, record: object, inputs: object) -> None:
+        self.attempts += 1
+
+    def fired(self, lifecycle: object, row: object, before: object, after: object) -> None:
+        self.rows += 1
+
+
+def test_a_repeated_fire_is_told_to_every_observer_as_the_engine_tells_it() -> None:
+    """The search fires each (trigger, inputs) once per state; a repeat is still an attempt
+    (and a row fired) for every observer, as before: the pinned coverage counts them."""
+    from lifecycles.machines.monitor_inputs import EXPLORATION
+
+    counting = Counting()
+    with EXPLORATION.lifecycle.observing(counting):
+        result = explore(EXPLORATION)
+    assert result.coverage is not None
+    assert counting.attempts == result.coverage.attempts == 4186
+    assert counting.rows == sum(result.coverage.row_fires.values())
