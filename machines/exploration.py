@@ -38,6 +38,7 @@ import attrs
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
 from lifecycles.machines.graph import trace_back
+from lifecycles.machines.memo import Repeats
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -374,64 +375,6 @@ class _Fired:
         self.row = row
 
 
-def _by_value(inputs: object, known: dict[type, bool] = {}) -> bool:  # noqa: B006 - a cache
-    """Whether ``inputs`` hash by value (frozen attrs, tuples, str...): two equal ones are
-    the same inputs to a pure transition. Mutable objects hash by identity, or not at all."""
-    kind = type(inputs)
-    found = known.get(kind)
-    if found is None:
-        found = known[kind] = kind.__hash__ is not None and kind.__hash__ is not object.__hash__
-    return found
-
-
-class _Repeats:
-    """``lifecycle.fire`` that fires each (trigger, inputs) once per state.
-
-    A transition is a pure function of (record, inputs), and a state's moves often fire
-    the same inputs (the monitor's rejected answers all fail the attempt alike). On a
-    repeat the observers are told exactly what the engine told them the first time (the
-    attempt, then the row fired or nothing) and the same record or error comes back.
-    Only fires on the state's own record, with inputs that hash by value, are kept.
-    """
-
-    def __init__(self, lifecycle: Lifecycle[Any, Any], fired: _Fired) -> None:
-        self.lifecycle, self.fired = lifecycle, fired
-        self.record: Any = None
-        self.seen: dict[tuple[str, Any], tuple[Row | None, Any, BaseException | None]] = {}
-
-    def start(self, record: Any) -> None:
-        self.record = record
-        self.seen.clear()
-
-    def fire(self, trigger: str, record: Any, inputs: Any) -> Any:
-        lifecycle = self.lifecycle
-        if record is not self.record or not _by_value(inputs):
-            return lifecycle.fire(trigger, record, inputs)
-        key = (trigger, inputs)
-        try:
-            entry = self.seen.get(key)
-        except TypeError:  # a field that does not hash (a list): fired every time
-            return lifecycle.fire(trigger, record, inputs)
-        if entry is None:
-            self.fired.row = None
-            try:
-                after = lifecycle.fire(trigger, record, inputs)
-            except Exception as error:
-                self.seen[key] = (None, None, error)
-                raise
-            self.seen[key] = (self.fired.row, after, None)
-            return after
-        row, after, raised = entry
-        observers = lifecycle._observers
-        for observer in observers:
-            observer.attempted(lifecycle, trigger, record, inputs)
-        if raised is not None:
-            raise raised.with_traceback(None)
-        for observer in observers:
-            observer.fired(lifecycle, row, record, after)  # type: ignore[arg-type]
-        return after
-
-
 @attrs.frozen
 class _Node(Generic[R]):
     record: R
@@ -539,7 +482,7 @@ def explore(
         if find(key, hash(key)) is None:
             queue.append(add_node(_Node(record, -1, None, 0, number), key, hash(key)))
 
-    repeats = _Repeats(lifecycle, fired)
+    repeats = Repeats(lifecycle, fired)
     fire, max_depth, max_states = repeats.fire, exploration.max_depth, exploration.max_states
     with lifecycle.observing(coverage), lifecycle.observing(fired):
         report_at = started + PROGRESS_AFTER

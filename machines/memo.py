@@ -10,13 +10,17 @@ built (frozen, or built and kept by the exploration itself), keyed on the object
 it holds the object, so its ``id`` cannot be reused while the entry lives.
 
 Both are bounded: a cache that outgrows :data:`LIMIT` entries starts again empty, so a
-long search or a long-lived process never keeps more than that.
+long search or a long-lived process never keeps more than that. :class:`Repeats` is the
+search's own: each (trigger, inputs) fired once per state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from lifecycles.machines.core import Lifecycle
 
 R = TypeVar("R")
 V = TypeVar("V")
@@ -80,3 +84,61 @@ def identity_of(*fields: str) -> Callable[[Any], tuple[Any, ...]]:
     if len(fields) == 1:
         return lambda record: (getter(record),)
     return getter
+
+
+def _by_value(inputs: object, known: dict[type, bool] = {}) -> bool:  # noqa: B006 - a cache
+    """Whether ``inputs`` hash by value (frozen attrs, tuples, str...): two equal ones are
+    the same inputs to a pure transition. Mutable objects hash by identity, or not at all."""
+    kind = type(inputs)
+    found = known.get(kind)
+    if found is None:
+        found = known[kind] = kind.__hash__ is not None and kind.__hash__ is not object.__hash__
+    return found
+
+
+class Repeats:
+    """``lifecycle.fire`` that fires each (trigger, inputs) once per state.
+
+    A transition is a pure function of (record, inputs), and a state's moves often fire
+    the same inputs (the monitor's rejected answers all fail the attempt alike). On a
+    repeat the observers are told exactly what the engine told them the first time (the
+    attempt, then the row fired or nothing) and the same record or error comes back.
+    Only fires on the state's own record, with inputs that hash by value, are kept.
+    """
+
+    def __init__(self, lifecycle: Lifecycle[Any, Any], fired: Any) -> None:
+        """``fired``: the search's observer; it keeps the last row fired as ``fired.row``."""
+        self.lifecycle, self.fired = lifecycle, fired
+        self.record: Any = None
+        self.seen: dict[tuple[str, Any], list[Any]] = {}  # [row or None, record, error]
+
+    def start(self, record: Any) -> None:
+        self.record = record
+        self.seen.clear()
+
+    def fire(self, trigger: str, record: Any, inputs: Any) -> Any:
+        lifecycle = self.lifecycle
+        if record is not self.record or not _by_value(inputs):
+            return lifecycle.fire(trigger, record, inputs)
+        try:  # one hash per fire: an empty entry is filled in by the fire it stands for
+            entry = self.seen.setdefault((trigger, inputs), [])
+        except TypeError:  # a field that does not hash (a list): fired every time
+            return lifecycle.fire(trigger, record, inputs)
+        if not entry:
+            self.fired.row = None
+            try:
+                after = lifecycle.fire(trigger, record, inputs)
+            except Exception as error:
+                entry += (None, None, error)
+                raise
+            entry += (self.fired.row, after, None)
+            return after
+        row, after, raised = entry
+        observers = lifecycle._observers
+        for observer in observers:
+            observer.attempted(lifecycle, trigger, record, inputs)
+        if raised is not None:
+            raise raised.with_traceback(None)
+        for observer in observers:
+            observer.fired(lifecycle, row, record, after)
+        return after
