@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import re
 import sys
 import time
@@ -216,11 +217,18 @@ def _summary(record: Any) -> str:
     return ", ".join(f"{name}={value!s}" for name, value in values.items() if value is not None)
 
 
+PROCESSES = "LIFECYCLES_CHECK_PROCESSES"
+"""Processes the search may use (default 1): above one, initial records whose states never
+meet are searched apart (lifecycles.machines.partition); on a 2-vCPU VM that shares its
+cores it measured no faster, so it is asked for, not assumed."""
+
+
 def _explore(target: Target, exploration: AnyExploration) -> ExplorationResult:
     """:func:`explore`; what escapes it (initial records, choices, the abstraction)
     becomes ``check_raised`` at the user's line."""
     try:
-        return explore(exploration, keep_graph=True, progress=_progress)
+        return explore(exploration, keep_graph=True, progress=_progress,
+                       processes=int(os.environ.get(PROCESSES, "1") or "1"))
     except Exception as error:
         raise CheckerError(
             "check_raised",

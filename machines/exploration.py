@@ -376,7 +376,8 @@ class _Fired:
 
 
 @attrs.frozen
-class _Node(Generic[R]):
+class Node(Generic[R]):
+    """One state found: its first record, how it was reached, from which initial record."""
     record: R
     parent: int  # -1 for an initial record
     step: Step | None
@@ -384,7 +385,7 @@ class _Node(Generic[R]):
     initial: int
 
 
-def _trace(nodes: list[_Node[Any]], index: int) -> tuple[int, tuple[Step, ...]]:
+def node_trace(nodes: list[Node[Any]], index: int) -> tuple[int, tuple[Step, ...]]:
     """The initial record's number and the steps from it to node ``index``."""
 
     def parent(at: int) -> tuple[int, Step] | None:
@@ -402,7 +403,7 @@ PROGRESS_AFTER = 2.0
 def explore(
     exploration: Exploration[R], *, keep_records: bool = False, keep_graph: bool = False,
     progress: Callable[[ExplorationResult], None] | None = None,
-    moves_start_as: Exploration[R] | None = None,
+    moves_start_as: Exploration[R] | None = None, processes: int = 1,
 ) -> ExplorationResult:
     """Breadth-first search of every abstract state within the declared bounds.
 
@@ -412,14 +413,31 @@ def explore(
     with the figures so far (states, edges, depth, seconds) once the search has run for
     :data:`PROGRESS_AFTER` seconds, then about once a second. ``moves_start_as``: the
     exploration whose table says where each move may start (default: this one; a table
-    mutant is tried from where the declared table's moves start).
+    mutant is tried from where the declared table's moves start). ``processes``: see
+    :mod:`lifecycles.machines.partition` (the serial result, searched apart when it can).
     """
+    options: dict[str, Any] = dict(keep_records=keep_records, keep_graph=keep_graph,
+                                   progress=progress, moves_start_as=moves_start_as)
+    if processes > 1 and not exploration.lifecycle._observers:  # they would not see it
+        from lifecycles.machines.partition import explore_apart
+
+        if (apart := explore_apart(exploration, processes, **options)) is not None:
+            return apart
+    return search(exploration, **options)[0]
+
+
+def search(
+    exploration: Exploration[R], *, keep_records: bool = False, keep_graph: bool = False,
+    progress: Callable[[ExplorationResult], None] | None = None,
+    moves_start_as: Exploration[R] | None = None, initial: Sequence[int] | None = None,
+) -> tuple[ExplorationResult, list[Node[R]]]:
+    """:func:`explore` here, and its states; ``initial``: the initial records' numbers."""
     lifecycle = exploration.lifecycle
     result = ExplorationResult(lifecycle.name)
     coverage = Coverage(lifecycle)
     result.coverage = coverage
     started = time.perf_counter()
-    nodes: list[_Node[R]] = []
+    nodes: list[Node[R]] = []
     # Deduplication by fingerprint, as TLC and stateright do: ``seen`` maps the 64-bit
     # ``hash`` of a state's abstraction key to the first state that had it, instead of
     # holding every key. A hit is confirmed against that state's key, recomputed from its
@@ -431,7 +449,7 @@ def explore(
     seen: dict[int, int] = {}
     collided: dict[Hashable, int] = {}
     abstraction = exploration.abstraction
-    graph = Graph(trace_to=lambda index: _trace(nodes, index)) if keep_graph else None
+    graph = Graph(trace_to=lambda index: node_trace(nodes, index)) if keep_graph else None
     result.graph = graph
     fired = _Fired()
     queue: deque[int] = deque()
@@ -443,7 +461,7 @@ def explore(
             return target
         return collided.get(key)
 
-    def add_node(node: _Node[R], key: Hashable, fingerprint: int) -> int:
+    def add_node(node: Node[R], key: Hashable, fingerprint: int) -> int:
         index = len(nodes)
         nodes.append(node)
         if fingerprint in seen:
@@ -463,24 +481,25 @@ def explore(
 
     def fail(kind: str, error: BaseException | None, message: str, rules: tuple[str, ...],
              parent: int, step: Step | None) -> None:
-        initial, trace = _trace(nodes, parent) if parent >= 0 else (0, ())
+        initial, trace = node_trace(nodes, parent) if parent >= 0 else (0, ())
         if step is not None:
             trace = (*trace, step)
         result.violation = Violation(
             kind, message, rules, initial, trace, type(error).__name__ if error else kind
         )
 
-    for number, record in enumerate(exploration.initial()):
+    records = list(enumerate(exploration.initial()))
+    for number, record in records if initial is None else [records[at] for at in initial]:
         try:
             lifecycle.create(record)
         except (InvariantViolation, TransitionRefused) as error:
             fail("invariant", error, f"initial record {number} is refused: {error}",
                  tuple(getattr(error, "rules", ())), -1, None)
             result.seconds = time.perf_counter() - started
-            return result
+            return result, nodes
         key = abstraction(record)
         if find(key, hash(key)) is None:
-            queue.append(add_node(_Node(record, -1, None, 0, number), key, hash(key)))
+            queue.append(add_node(Node(record, -1, None, 0, number), key, hash(key)))
 
     repeats = Repeats(lifecycle, fired)
     fire, max_depth, max_states = repeats.fire, exploration.max_depth, exploration.max_states
@@ -536,7 +555,7 @@ def explore(
                             continue
                         step = Step(move.name, number, move.describe_choice(record, choice))
                         target = add_node(
-                            _Node(after, index, step, node.depth + 1, node.initial), key,
+                            Node(after, index, step, node.depth + 1, node.initial), key,
                             fingerprint)
                         queue.append(target)
                         result.depth = max(result.depth, node.depth + 1)
@@ -549,7 +568,7 @@ def explore(
     result.seconds = time.perf_counter() - started
     if keep_records:
         result.records = [node.record for node in nodes]
-    return result
+    return result, nodes
 
 
 class TraceMismatch(AssertionError):
