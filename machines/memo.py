@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from lifecycles.machines.core import Lifecycle
+    from lifecycles.machines.core import Lifecycle, Row
 
 R = TypeVar("R")
 V = TypeVar("V")
@@ -97,20 +97,22 @@ def _by_value(inputs: object, known: dict[type, bool] = {}) -> bool:  # noqa: B0
 
 
 class Repeats:
-    """``lifecycle.fire`` that fires each (trigger, inputs) once per state.
+    """``lifecycle.fire`` that fires each (trigger, inputs object) once per state.
 
     A transition is a pure function of (record, inputs), and a state's moves often fire
     the same inputs (the monitor's rejected answers all fail the attempt alike). On a
     repeat the observers are told exactly what the engine told them the first time (the
     attempt, then the row fired or nothing) and the same record or error comes back.
-    Only fires on the state's own record, with inputs that hash by value, are kept.
+    Only fires on the state's own record, with inputs that hash by value (frozen ones:
+    a mutable object could change between two fires), are kept.
     """
 
     def __init__(self, lifecycle: Lifecycle[Any, Any], fired: Any) -> None:
         """``fired``: the search's observer; it keeps the last row fired as ``fired.row``."""
         self.lifecycle, self.fired = lifecycle, fired
         self.record: Any = None
-        self.seen: dict[tuple[str, Any], list[Any]] = {}  # [row or None, record, error]
+        # By id(inputs): (inputs, trigger, row fired or None, record made, error raised)
+        self.seen: dict[int, tuple[Any, str, Row | None, Any, BaseException | None]] = {}
 
     def start(self, record: Any) -> None:
         self.record = record
@@ -120,25 +122,27 @@ class Repeats:
         lifecycle = self.lifecycle
         if record is not self.record or not _by_value(inputs):
             return lifecycle.fire(trigger, record, inputs)
-        try:  # one hash per fire: an empty entry is filled in by the fire it stands for
-            entry = self.seen.setdefault((trigger, inputs), [])
-        except TypeError:  # a field that does not hash (a list): fired every time
-            return lifecycle.fire(trigger, record, inputs)
-        if not entry:
+        # Keyed on the inputs object (the entry holds it, so its id is not reused): a
+        # declaration that makes equal inputs one object (the monitor's) has them found
+        # without hashing their value on every fire.
+        entry = self.seen.get(id(inputs))
+        if entry is None:
             self.fired.row = None
             try:
                 after = lifecycle.fire(trigger, record, inputs)
             except Exception as error:
-                entry += (None, None, error)
+                self.seen[id(inputs)] = (inputs, trigger, None, None, error)
                 raise
-            entry += (self.fired.row, after, None)
+            self.seen[id(inputs)] = (inputs, trigger, self.fired.row, after, None)
             return after
-        row, after, raised = entry
+        if entry[1] != trigger:  # the same inputs to another trigger: fired as they come
+            return lifecycle.fire(trigger, record, inputs)
+        _, _, row, after, raised = entry
         observers = lifecycle._observers
         for observer in observers:
             observer.attempted(lifecycle, trigger, record, inputs)
         if raised is not None:
             raise raised.with_traceback(None)
         for observer in observers:
-            observer.fired(lifecycle, row, record, after)
+            observer.fired(lifecycle, row, record, after)  # type: ignore[arg-type]
         return after

@@ -334,14 +334,43 @@ HELD = identity_of("updated_at", "lease_owner", "lease_token", "lease_expires_at
 
 
 class _Once:
-    """What an exploration's moves compute once: the responses its memoized choices carry
-    (built there, never changed) parsed once per notification; each poll's step (its
-    inputs and answer are frozen). A response built elsewhere is parsed every time."""
+    """What an exploration's moves compute once: the responses and read failures its
+    memoized choices carry (built there, never changed) read once per notification; each
+    poll's step (its inputs and answer are frozen). What was built elsewhere is read every
+    time. Equal inputs are made one object, so the search sees a repeat by its identity."""
 
     def __init__(self) -> None:
         self.built: dict[int, object] = {}
         self.parsed: ByIdentity[ReceiverAnswer | None] = ByIdentity()
         self.steps: ByIdentity[PollStep] = ByIdentity()
+        self.failures: ByIdentity[tuple[str, bool, MonitorInputs]] = ByIdentity()
+        self.canonical: dict[MonitorInputs, MonitorInputs] = {}
+
+    def one(self, inputs: MonitorInputs) -> MonitorInputs:
+        """The one object of inputs equal to ``inputs``."""
+        if len(self.canonical) >= LIMIT:
+            self.canonical.clear()
+        return self.canonical.setdefault(inputs, inputs)
+
+    def step(self, poll: Poll, answer: ReceiverAnswer | None) -> PollStep:
+        """:func:`poll_step` of the poll's inputs and answer."""
+        def build() -> PollStep:
+            made = poll_step(poll.inputs, answer)
+            return attrs.evolve(made, inputs=self.one(made.inputs), fallback=None
+                                if made.fallback is None else self.one(made.fallback))
+
+        return self.steps.get(poll, answer, build)
+
+    def failure(self, choice: ReadFailure) -> tuple[str, bool, MonitorInputs]:
+        """The code and retryability of the failure, and the inputs that record it."""
+        def build() -> tuple[str, bool, MonitorInputs]:
+            code, retryable = reader_error_code(choice.error)
+            return code, retryable, self.one(
+                attrs.evolve(choice.inputs, error_code=code, retryable=retryable))
+
+        if self.built.get(id(choice)) is not choice:
+            return build()
+        return self.failures.get(choice, None, build)
 
     def polls(self, reads: Callable[[MonitorRecord], Any],
               compute: Callable[[MonitorRecord], Sequence[Any]]
@@ -351,6 +380,7 @@ class _Once:
             if len(self.built) >= LIMIT:
                 self.built.clear()
             self.built.update((id(c.response), c.response) for c in made if isinstance(c, Poll))
+            self.built.update((id(c), c) for c in made if isinstance(c, ReadFailure))
             return made
 
         build.__doc__ = compute.__doc__
@@ -372,7 +402,7 @@ def _completion(complete: Completer, once: _Once | None = None
     def run(fire: Fire, record: MonitorRecord, poll: Poll) -> MonitorRecord:
         answer = once_.parse(poll.response, record)
         if complete is _complete:  # complete_with_answer: poll_step(...).fire(record, fire)
-            step = once_.steps.get(poll, answer, lambda: poll_step(poll.inputs, answer))
+            step = once_.step(poll, answer)
             after = _accepted(lambda: step.fire(record, fire), poll.must_be_accepted,
                               f"the holder's answer {poll.label!r}")
         else:
@@ -385,13 +415,13 @@ def _completion(complete: Completer, once: _Once | None = None
 
 def _fail_attempt(complete: Completer, once: _Once | None = None
                   ) -> Callable[[Fire, MonitorRecord, Any], MonitorRecord]:
-    completion = _completion(complete, once)
+    once_ = once or _Once()
+    completion = _completion(complete, once_)
 
     def run(fire: Fire, record: MonitorRecord, choice: ReadFailure | Poll) -> MonitorRecord:
         if isinstance(choice, Poll):
             return completion(fire, record, choice)
-        code, retryable = reader_error_code(choice.error)
-        inputs = attrs.evolve(choice.inputs, error_code=code, retryable=retryable)
+        code, retryable, inputs = once_.failure(choice)
         after: MonitorRecord = _accepted(lambda: fire("fail_attempt", record, inputs),
                                          choice.must_be_accepted, f"the holder's {code}")
         return _failure_classified(record, code, retryable, after)

@@ -3,19 +3,26 @@
 Each memoized ``choices`` is keyed on the fields it declares it reads: on every record the
 search reaches (the monitor at max_failures 1..8, in the order found, so each cached value
 was computed from an earlier record with the same key) it must equal the choices computed
-afresh from that very record. The same holds for the answers parsed once per notification.
+afresh from that very record. The same holds for the answers parsed, the poll steps and
+the read failures computed once per notification.
 That the whole search is unchanged (every state, edge, count and trace, on the monitor, the
 outbox, the examples and the planted defects) is tests/engine/test_exploration_pinned.py.
 """
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from lifecycles.machines.exploration import explore
 from lifecycles.machines.memo import ByIdentity, memoized
-from lifecycles.machines.monitor import parse_answer
-from lifecycles.machines.monitor_inputs import CAPABILITIES_SHA256, Poll, monitor_exploration
+from lifecycles.machines.monitor import parse_answer, poll_step, reader_error_code
+from lifecycles.machines.monitor_inputs import (
+    CAPABILITIES_SHA256,
+    Poll,
+    ReadFailure,
+    monitor_exploration,
+)
 
 WIDE = monitor_exploration(max_failures=(1, 8))
 RECORDS = explore(WIDE, keep_records=True).records
@@ -36,15 +43,21 @@ def test_each_answer_parsed_once_is_the_one_parsed_afresh() -> None:
                if type(cell.cell_contents).__name__ == "_Once"]
     explore(WIDE)  # the search warms the cache, in its order
     assert len(once.parsed) > 0
-    polls = 0
+    polls = failures = 0
     for record in RECORDS:
         for move in WIDE.moves:
             for choice in move.choices(record):
                 if isinstance(choice, Poll):
                     polls += 1
-                    assert once.parse(choice.response, record) == parse_answer(
-                        choice.response, record, CAPABILITIES_SHA256)
-    assert polls > 10_000
+                    answer = parse_answer(choice.response, record, CAPABILITIES_SHA256)
+                    assert once.parse(choice.response, record) == answer
+                    assert once.step(choice, answer) == poll_step(choice.inputs, answer)
+                elif isinstance(choice, ReadFailure):
+                    failures += 1
+                    code, retryable = reader_error_code(choice.error)
+                    assert once.failure(choice) == (code, retryable, attrs.evolve(
+                        choice.inputs, error_code=code, retryable=retryable))
+    assert polls > 10_000 and failures > 1_000
 
 
 def test_a_memo_starts_again_empty_when_full_and_never_confuses_two_objects() -> None:
