@@ -37,6 +37,7 @@ import attrs
 
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
+from lifecycles.machines.coverage import Coverage as Coverage  # defined there, read from here
 from lifecycles.machines.graph import trace_back
 from lifecycles.machines.memo import Repeats
 
@@ -219,87 +220,6 @@ def time_relation(value: float | None, clock: float) -> str:
     return "at" if value == clock else "after"
 
 
-# --- coverage ----------------------------------------------------------------
-
-
-@attrs.define
-class Coverage:
-    """Which rows fired (and how often) and which guards were seen true and false.
-
-    An observer for :meth:`Lifecycle.observing`. On every attempt it evaluates every
-    guard of every row the trigger could take from the record's status, so a guard's
-    truth table is recorded even when the engine short-circuits.
-    """
-
-    lifecycle: Lifecycle[Any, Any]
-    row_fires: dict[Row, int] = attrs.field(factory=dict)
-    guard_outcomes: dict[str, dict[bool, int]] = attrs.field(factory=dict)
-    attempts: int = 0
-    # Per (trigger, status): each guard of each candidate row, in table order, with its
-    # test; found once instead of scanning the whole table on every attempt.
-    _plans: dict[tuple[str, str], tuple[tuple[str, Callable[[Any, Any], object]], ...]] = (
-        attrs.field(factory=dict, init=False, repr=False))
-
-    def __attrs_post_init__(self) -> None:
-        for row in self.lifecycle.rows:
-            self.row_fires.setdefault(row, 0)
-        for name in self.lifecycle.guards:
-            self.guard_outcomes.setdefault(name, {True: 0, False: 0})
-
-    def attempted(self, lifecycle: Lifecycle[Any, Any], trigger: str, record: Any,
-                  inputs: Any) -> None:
-        if lifecycle is not self.lifecycle:
-            return
-        self.attempts += 1
-        key = (trigger, str(getattr(record, lifecycle.status_field)))
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = tuple(
-                (name, lifecycle.guards[name].test)
-                for row in lifecycle.rows if (row.trigger, row.source) == key
-                for name in (*row.conditions, *row.unless))
-        outcomes = self.guard_outcomes
-        for name, test in plan:
-            outcomes[name][bool(test(record, inputs))] += 1
-
-    def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None:
-        if lifecycle is self.lifecycle:
-            self.row_fires[row] = self.row_fires.get(row, 0) + 1
-
-    def merge(self, other: Coverage) -> None:
-        for row, count in other.row_fires.items():
-            self.row_fires[row] = self.row_fires.get(row, 0) + count
-        for name, outcomes in other.guard_outcomes.items():
-            mine = self.guard_outcomes.setdefault(name, {True: 0, False: 0})
-            for outcome, count in outcomes.items():
-                mine[outcome] += count
-        self.attempts += other.attempts
-
-    @property
-    def unfired_rows(self) -> list[Row]:
-        return [row for row in self.lifecycle.rows if self.row_fires.get(row, 0) == 0]
-
-    @property
-    def one_sided_guards(self) -> list[str]:
-        """Guards seen only true or only false (or never evaluated)."""
-        return [
-            name for name, seen in self.guard_outcomes.items() if not (seen[True] and seen[False])
-        ]
-
-    def report(self) -> str:
-        """A small table: one line per row (fires), then the guards' true/false counts."""
-        lines = [f"transition coverage of {self.lifecycle.name} ({self.attempts} attempts)"]
-        for row in self.lifecycle.rows:
-            count = self.row_fires.get(row, 0)
-            mark = "" if count else "   <-- never fired"
-            lines.append(f"  {count:>8}  {row.source} -> {row.dest}: {row.label}{mark}")
-        lines.append("  guards (true / false):")
-        for name, seen in self.guard_outcomes.items():
-            mark = "" if seen[True] and seen[False] else "   <-- one-sided"
-            lines.append(f"  {seen[True]:>8} / {seen[False]:<8} {name}{mark}")
-        return "\n".join(lines)
-
-
 # --- the search ----------------------------------------------------------------
 
 
@@ -396,6 +316,9 @@ def node_trace(nodes: list[Node[Any]], index: int) -> tuple[int, tuple[Step, ...
     return nodes[root].initial, tuple(steps)
 
 
+RECENT_KEYS = 4096
+"""States whose keys a search keeps at once (see ``recent`` in :func:`search`)."""
+
 PROGRESS_AFTER = 2.0
 """Seconds into a search after which ``progress`` hears from it, about once a second."""
 
@@ -454,16 +377,28 @@ def search(
     fired = _Fired()
     queue: deque[int] = deque()
 
+    # The keys of the states found lately (most edges lead to a few of them), so a hit is
+    # confirmed without computing its key again; bounded, unlike keeping every key.
+    recent: dict[int, Hashable] = {}
+
     def find(key: Hashable, fingerprint: int) -> int | None:
         """The state whose key is ``key``, if one was reached."""
         target = seen.get(fingerprint)
-        if target is None or abstraction(nodes[target].record) == key:
-            return target
-        return collided.get(key)
+        if target is None:
+            return None
+        known = recent.get(target)
+        if known is None:
+            if len(recent) >= RECENT_KEYS:
+                recent.clear()
+            known = recent[target] = abstraction(nodes[target].record)
+        return target if known == key else collided.get(key)
 
     def add_node(node: Node[R], key: Hashable, fingerprint: int) -> int:
         index = len(nodes)
         nodes.append(node)
+        if len(recent) >= RECENT_KEYS:
+            recent.clear()
+        recent[index] = key
         if fingerprint in seen:
             collided[key] = index
         else:
