@@ -172,7 +172,7 @@ def _register_again(fire: Fire, record: MonitorRecord, inputs: MonitorInputs) ->
     """Registering the very same notification again is accepted and changes nothing."""
     same = inputs.registration is not None and same_notification(inputs.registration, record)
     after: MonitorRecord = _accepted(lambda: fire("register", record, inputs), same,
-                                     "registering the same notification again")
+                                     lambda: "registering the same notification again")
     return after
 
 
@@ -282,9 +282,9 @@ its trigger leads to, a rejected one failed with response_invalid (every label o
 :func:`responses` is here; tests/engine/test_step_invariants.py checks it)."""
 
 
-def _expect(accepted: bool, rule: str, detail: str) -> None:
-    if not accepted:
-        raise ExpectationBroken(rule, detail)
+def _expect(accepted: bool, rule: str, detail: Callable[[], str]) -> None:
+    if not accepted:  # the detail is written only then: this runs on every step
+        raise ExpectationBroken(rule, detail())
 
 
 def _classified(poll: Poll, after: MonitorRecord) -> MonitorRecord:
@@ -294,10 +294,10 @@ def _classified(poll: Poll, after: MonitorRecord) -> MonitorRecord:
     invalid = after.last_error_code == RESPONSE_INVALID
     if expected == RESPONSE_INVALID:
         _expect(invalid and after.status == "failed", "rejected_answer_ends_response_invalid",
-                f"{poll.label!r} ended {after.status} with {after.last_error_code}")
+                lambda: f"{poll.label!r} ended {after.status} with {after.last_error_code}")
     elif expected is not None:
         _expect(not invalid and after.status == expected, "valid_answer_fires_its_trigger",
-                f"{poll.label!r} ended {after.status}, not {expected}")
+                lambda: f"{poll.label!r} ended {after.status}, not {expected}")
     return after
 
 
@@ -308,15 +308,17 @@ def _failure_classified(record: MonitorRecord, code: str, retryable: bool,
     expected = "retry_wait" if retried else "failed"
     _expect(after.status == expected and after.last_error_code == code,
             "retryability_follows_reader_error_code",
-            f"{code} (retryable={retryable}) ended {after.status}, not {expected}")
+            lambda: f"{code} (retryable={retryable}) ended {after.status}, not {expected}")
     return after
 
 
-def _accepted(step: Callable[[], MonitorRecord], must: bool, what: str) -> MonitorRecord:
+def _accepted(step: Callable[[], MonitorRecord], must: bool, what: Callable[[], str]
+              ) -> MonitorRecord:
     try:
         return step()
     except TransitionRefused as refused:
-        _expect(not must, "live_holder_is_never_refused", f"{what} refused: {refused}")
+        reason = str(refused)
+        _expect(not must, "live_holder_is_never_refused", lambda: f"{what()} refused: {reason}")
         raise
 
 
@@ -343,6 +345,7 @@ class _Once:
         self.built: dict[int, object] = {}
         self.parsed: ByIdentity[ReceiverAnswer | None] = ByIdentity()
         self.steps: ByIdentity[PollStep] = ByIdentity()
+        self.polled: ByIdentity[PollStep] = ByIdentity()
         self.failures: ByIdentity[tuple[str, bool, MonitorInputs]] = ByIdentity()
         self.canonical: dict[MonitorInputs, MonitorInputs] = {}
 
@@ -388,6 +391,16 @@ class _Once:
         cached.uncached = compute  # type: ignore[attr-defined]
         return cached
 
+    def answered(self, poll: Poll, record: MonitorRecord) -> PollStep:
+        """:func:`poll_step` of the poll's inputs and its response parsed about ``record``:
+        once per poll and notification when the exploration built the poll."""
+        def build() -> PollStep:
+            return self.step(poll, parse_answer(poll.response, record, CAPABILITIES_SHA256))
+
+        if self.built.get(id(poll.response)) is not poll.response:
+            return build()
+        return self.polled.get(poll, IDENTITY(record), build)
+
     def parse(self, response: object, record: MonitorRecord) -> ReceiverAnswer | None:
         if self.built.get(id(response)) is not response:
             return parse_answer(response, record, CAPABILITIES_SHA256)
@@ -399,15 +412,17 @@ def _completion(complete: Completer, once: _Once | None = None
                 ) -> Callable[[Fire, MonitorRecord, Poll], MonitorRecord]:
     once_ = once or _Once()
 
+    def what(poll: Poll) -> Callable[[], str]:
+        return lambda: f"the holder's answer {poll.label!r}"
+
     def run(fire: Fire, record: MonitorRecord, poll: Poll) -> MonitorRecord:
-        answer = once_.parse(poll.response, record)
         if complete is _complete:  # complete_with_answer: poll_step(...).fire(record, fire)
-            step = once_.step(poll, answer)
-            after = _accepted(lambda: step.fire(record, fire), poll.must_be_accepted,
-                              f"the holder's answer {poll.label!r}")
+            step = once_.answered(poll, record)
+            after = _accepted(lambda: step.fire(record, fire), poll.must_be_accepted, what(poll))
         else:
+            answer = once_.parse(poll.response, record)
             after = _accepted(lambda: complete(record, answer, poll.inputs, fire),
-                              poll.must_be_accepted, f"the holder's answer {poll.label!r}")
+                              poll.must_be_accepted, what(poll))
         return _classified(poll, after)
 
     return run
@@ -423,7 +438,7 @@ def _fail_attempt(complete: Completer, once: _Once | None = None
             return completion(fire, record, choice)
         code, retryable, inputs = once_.failure(choice)
         after: MonitorRecord = _accepted(lambda: fire("fail_attempt", record, inputs),
-                                         choice.must_be_accepted, f"the holder's {code}")
+                                         choice.must_be_accepted, lambda: f"the holder's {code}")
         return _failure_classified(record, code, retryable, after)
 
     return run
