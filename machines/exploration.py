@@ -298,6 +298,7 @@ class _Fired:
 @attrs.frozen
 class Node(Generic[R]):
     """One state found: its first record, how it was reached, from which initial record."""
+
     record: R
     parent: int  # -1 for an initial record
     step: Step | None
@@ -336,8 +337,9 @@ def explore(
     with the figures so far (states, edges, depth, seconds) once the search has run for
     :data:`PROGRESS_AFTER` seconds, then about once a second. ``moves_start_as``: the
     exploration whose table says where each move may start (default: this one; a table
-    mutant is tried from where the declared table's moves start). ``processes``: see
-    :mod:`lifecycles.machines.partition` (the serial result, searched apart when it can).
+    mutant is tried from where the declared table's moves start). With ``processes`` above
+    one the initial records may be searched apart, in that many processes, when that gives
+    exactly the serial search's result (:mod:`lifecycles.machines.partition`).
     """
     options: dict[str, Any] = dict(keep_records=keep_records, keep_graph=keep_graph,
                                    progress=progress, moves_start_as=moves_start_as)
@@ -354,7 +356,8 @@ def search(
     progress: Callable[[ExplorationResult], None] | None = None,
     moves_start_as: Exploration[R] | None = None, initial: Sequence[int] | None = None,
 ) -> tuple[ExplorationResult, list[Node[R]]]:
-    """:func:`explore` here, and its states; ``initial``: the initial records' numbers."""
+    """:func:`explore` in this process, and the states found (record, parent, step, depth);
+    ``initial``: the numbers of the initial records searched from (default: all)."""
     lifecycle = exploration.lifecycle
     result = ExplorationResult(lifecycle.name)
     coverage = Coverage(lifecycle)
