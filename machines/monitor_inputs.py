@@ -205,20 +205,18 @@ def held_inputs(r: MonitorRecord) -> MonitorInputs:
                          lease_token=r.lease_token, lease_seconds=LEASE_SECONDS)
 
 
-def _live_polls(r: MonitorRecord, kinds: list[tuple[str, object]]) -> list[Poll]:
+def _live_polls(r: MonitorRecord, kinds: Sequence[tuple[str, object]]) -> list[Poll]:
     """Each response from the holder, at the clock and one second before the lease expires."""
     held = held_inputs(r)
     expiry = r.lease_expires_at if r.lease_expires_at is not None else r.updated_at + 1.0
-    return [
-        Poll(attrs.evolve(held, now=now), response, label, must_be_accepted=True)
-        for now in sorted({r.updated_at, expiry - 1.0})
-        for label, response in kinds
-    ]
+    timed = [attrs.evolve(held, now=now) for now in sorted({r.updated_at, expiry - 1.0})]
+    return [Poll(inputs, response, label, must_be_accepted=True)
+            for inputs in timed for label, response in kinds]
 
 
 def _refused_polls(r: MonitorRecord) -> list[Poll]:
     """The same valid answer from an intruder, a stale token, and after the lease expired."""
-    held, pending = held_inputs(r), receiver_answer(r)
+    held, pending = held_inputs(r), _PROGRESS(r)[0][1]  # receiver_answer(r), built once
     expiry = r.lease_expires_at if r.lease_expires_at is not None else r.updated_at
     return [
         Poll(attrs.evolve(held, worker_id=INTRUDER), pending, "pending"),
@@ -335,11 +333,16 @@ HELD = identity_of("updated_at", "lease_owner", "lease_token", "lease_expires_at
                    "notification_sha256")
 
 
+# Built once per notification: every poll of it carries the same responses, parsed once.
+_PROGRESS = memoized(IDENTITY, progress_responses)
+_REJECTED = memoized(IDENTITY, rejected_responses)
+
+
 class _Once:
     """What an exploration's moves compute once: the responses and read failures its
-    memoized choices carry (built there, never changed) read once per notification; each
-    poll's step (its inputs and answer are frozen). What was built elsewhere is read every
-    time. Equal inputs are made one object, so the search sees a repeat by its identity."""
+    memoized choices carry (built there, never changed) read once per notification, each
+    poll's step (frozen inputs and answer); what was built elsewhere is read every time.
+    Equal inputs are made one object, so the search sees a repeat by its identity."""
 
     def __init__(self) -> None:
         self.built: dict[int, object] = {}
@@ -395,7 +398,7 @@ class _Once:
         """:func:`poll_step` of the poll's inputs and its response parsed about ``record``:
         once per poll and notification when the exploration built the poll."""
         def build() -> PollStep:
-            return self.step(poll, parse_answer(poll.response, record, CAPABILITIES_SHA256))
+            return self.step(poll, self.parse(poll.response, record))
 
         if self.built.get(id(poll.response)) is not poll.response:
             return build()
@@ -451,9 +454,8 @@ def _describe_fail_attempt(r: MonitorRecord, choice: ReadFailure | Poll) -> str:
 
 
 def fail_attempt_choices(r: MonitorRecord) -> list[ReadFailure | Poll]:
-    failures: list[ReadFailure | Poll] = [
-        ReadFailure(held_inputs(r), error, must_be_accepted=True) for error in READER_ERRORS]
-    return failures + _live_polls(r, rejected_responses(r))
+    failures = [ReadFailure(held_inputs(r), e, must_be_accepted=True) for e in READER_ERRORS]
+    return [*failures, *_live_polls(r, _REJECTED(r))]
 
 
 # --- the declaration ----------------------------------------------------------------------
@@ -523,7 +525,7 @@ def monitor_exploration(
     once = _Once()
     completion = _completion(complete, once)
 
-    def observe(trigger: str, kinds: Callable[[MonitorRecord], list[tuple[str, object]]],
+    def observe(trigger: str, kinds: Callable[[MonitorRecord], Sequence[tuple[str, object]]],
                 strategy: str, refusals: bool = False) -> Move[MonitorRecord, Poll]:
         def choices(r: MonitorRecord) -> list[Poll]:
             return _live_polls(r, kinds(r)) + (_refused_polls(r) if refusals else [])
@@ -548,9 +550,9 @@ def monitor_exploration(
                          "updated_at", "lease_expires_at"), expiry_inputs),
                      strategy=strategy_in(STRATEGIES, "expiry_strategy"),
                      describe=_describe_timed, meaning="recovery of an expired lease"),
-        observe("observe_progress", progress_responses, "progress_strategy", refusals=True),
-        observe("observe_success", success_responses, "success_strategy"),
-        observe("observe_failure", failure_responses, "failure_strategy"),
+        observe("observe_progress", _PROGRESS, "progress_strategy", refusals=True),
+        observe("observe_success", memoized(IDENTITY, success_responses), "success_strategy"),
+        observe("observe_failure", memoized(IDENTITY, failure_responses), "failure_strategy"),
         Move(name="fail_attempt", triggers=("fail_attempt",),
              choices=once.polls(HELD, fail_attempt_choices), run=_fail_attempt(complete, once),
              strategy=strategy_in(STRATEGIES, "fail_attempt_strategy"),

@@ -37,6 +37,17 @@ def test_each_memoized_choice_list_is_the_one_computed_afresh(move: str) -> None
         assert choices(record) == tuple(uncached(record)), record
 
 
+@pytest.mark.parametrize("kinds", ["progress", "success", "failure", "rejected"])
+def test_the_responses_built_once_per_notification_are_the_ones_built_afresh(
+        kinds: str) -> None:
+    from lifecycles.machines import monitor_inputs, monitor_responses
+
+    afresh = getattr(monitor_responses, f"{kinds}_responses")
+    once = memoized(monitor_inputs.IDENTITY, afresh)
+    for record in RECORDS:
+        assert once(record) == tuple(afresh(record))
+
+
 def test_each_answer_parsed_once_is_the_one_parsed_afresh() -> None:
     completion = WIDE.move("observe_progress").run
     (once,) = [cell.cell_contents for cell in completion.__closure__ or ()
