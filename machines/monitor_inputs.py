@@ -347,25 +347,25 @@ class _Once:
     def __init__(self) -> None:
         self.built: dict[int, object] = {}
         self.parsed: ByIdentity[ReceiverAnswer | None] = ByIdentity()
-        self.steps: ByIdentity[PollStep] = ByIdentity()
+        self.steps: ByIdentity[tuple[ReceiverAnswer | None, PollStep]] = ByIdentity()
         self.polled: ByIdentity[PollStep] = ByIdentity()
         self.failures: ByIdentity[tuple[str, bool, MonitorInputs]] = ByIdentity()
         self.canonical: dict[MonitorInputs, MonitorInputs] = {}
 
-    def one(self, inputs: MonitorInputs) -> MonitorInputs:
-        """The one object of inputs equal to ``inputs``."""
+    def one(self, inputs: MonitorInputs) -> MonitorInputs:  # the one object equal to it
         if len(self.canonical) >= LIMIT:
             self.canonical.clear()
         return self.canonical.setdefault(inputs, inputs)
 
     def step(self, poll: Poll, answer: ReceiverAnswer | None) -> PollStep:
-        """:func:`poll_step` of the poll's inputs and answer."""
-        def build() -> PollStep:
+        """:func:`poll_step` of the poll's inputs and answer, kept by both objects."""
+        def build() -> tuple[ReceiverAnswer | None, PollStep]:
             made = poll_step(poll.inputs, answer)
-            return attrs.evolve(made, inputs=self.one(made.inputs), fallback=None
-                                if made.fallback is None else self.one(made.fallback))
+            return answer, PollStep(made.trigger, self.one(made.inputs), None
+                                    if made.fallback is None else self.one(made.fallback))
 
-        return self.steps.get(poll, answer, build)
+        kept, step = self.steps.get(poll.inputs, id(answer), build)  # the entry holds both
+        return step if kept is answer else build()[1]
 
     def failure(self, choice: ReadFailure) -> tuple[str, bool, MonitorInputs]:
         """The code and retryability of the failure, and the inputs that record it."""
