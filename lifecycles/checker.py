@@ -218,9 +218,17 @@ def _summary(record: Any) -> str:
 
 
 PROCESSES = "LIFECYCLES_CHECK_PROCESSES"
-"""Processes the search may use (default 1): above one, initial records whose states never
-meet are searched apart (lifecycles.machines.partition); on a 2-vCPU VM that shares its
-cores it measured no faster, so it is asked for, not assumed."""
+"""Processes the search may use (default: the CPUs this process may run on): initial
+records whose states never meet are searched apart (lifecycles.machines.partition), with
+exactly the serial result. 1 searches serially: on a machine whose other cores are busy
+the split is slower."""
+
+
+def _processes() -> int:
+    declared = os.environ.get(PROCESSES, "").strip()
+    if declared.isdigit():
+        return max(1, int(declared))
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
 
 def _explore(target: Target, exploration: AnyExploration) -> ExplorationResult:
@@ -228,7 +236,7 @@ def _explore(target: Target, exploration: AnyExploration) -> ExplorationResult:
     becomes ``check_raised`` at the user's line."""
     try:
         return explore(exploration, keep_graph=True, progress=_progress,
-                       processes=int(os.environ.get(PROCESSES, "1") or "1"))
+                       processes=_processes())
     except Exception as error:
         raise CheckerError(
             "check_raised",

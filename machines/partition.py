@@ -36,8 +36,8 @@ from typing import Any, TypeVar
 
 import attrs
 
+from lifecycles.machines import exploration as _exploration
 from lifecycles.machines.exploration import (
-    PROGRESS_AFTER,
     Coverage,
     Exploration,
     ExplorationResult,
@@ -63,7 +63,7 @@ class Part:
     attempts: int
     outcomes: dict[str, dict[bool, int]]
 
-_FIGURES = struct.Struct("qq")  # states and edges found so far by one forked process
+_FIGURES = struct.Struct("qqq")  # states, edges and depth found so far by one process
 
 
 def explore_apart(
@@ -99,7 +99,7 @@ def explore_apart(
                 _child(exploration, moves_start_as, tasks_out, into, shared, slot)
             os.close(into)
             children.append((pid, out))
-        state = _Progress(progress, started, shared, processes)
+        state = _Progress(lifecycle.name, progress, started, shared, processes)
         try:
             parts = _take(exploration, moves_start_as, tasks_out, state, None, 0)
         except Exception:  # the serial search raises it again, where the caller expects it
@@ -143,11 +143,17 @@ def _take(exploration: Exploration[Any], moves_start_as: Exploration[Any] | None
     """Search the initial records numbered in the pipe ``tasks``, one by one, until none
     is left (a read of 4 bytes from a pipe is atomic: each number goes to one process)."""
     parts: list[Part] = []
-    states = edges = 0
+    states = edges = depth = 0
+
+    def report(more_states: int, more_edges: int, deeper: int) -> None:
+        figures = (states + more_states, edges + more_edges, max(depth, deeper))
+        if shared is not None:
+            _FIGURES.pack_into(shared, _FIGURES.size * slot, *figures)
+        if state is not None:
+            state.done(*figures)
 
     def during(so_far: ExplorationResult) -> None:
-        if state is not None:
-            state.done(states + so_far.states, edges + so_far.edges)
+        report(so_far.states, so_far.edges, so_far.depth)
 
     while len(number := os.read(tasks, 4)) == 4:
         (initial,) = struct.unpack("i", number)
@@ -161,10 +167,8 @@ def _take(exploration: Exploration[Any], moves_start_as: Exploration[Any] | None
         result.coverage, result.graph = None, None
         parts.append(part)
         states, edges = states + result.states, edges + result.edges
-        if shared is not None:
-            _FIGURES.pack_into(shared, _FIGURES.size * slot, states, edges)
-        if state is not None:
-            state.done(states, edges)
+        depth = max(depth, result.depth)
+        report(0, 0, 0)
         if result.violation is not None or result.truncated:
             break  # the serial search decides; no need to go on
     return parts
@@ -173,25 +177,25 @@ def _take(exploration: Exploration[Any], moves_start_as: Exploration[Any] | None
 class _Progress:
     """The progress line of a split search: this process's figures and the children's."""
 
-    def __init__(self, progress: Callable[[ExplorationResult], None] | None, started: float,
-                 shared: mmap.mmap, processes: int) -> None:
-        self.progress, self.started, self.shared = progress, started, shared
-        self.processes, self.mine = processes, (0, 0)
-        self.report_at = started + PROGRESS_AFTER
+    def __init__(self, name: str, progress: Callable[[ExplorationResult], None] | None,
+                 started: float, shared: mmap.mmap, processes: int) -> None:
+        self.name, self.progress, self.started, self.shared = name, progress, started, shared
+        self.processes, self.mine = processes, (0, 0, 0)
+        self.report_at = started + _exploration.PROGRESS_AFTER
 
-    def done(self, states: int, edges: int) -> None:
-        self.mine = (states, edges)
+    def done(self, states: int, edges: int, depth: int) -> None:
+        self.mine = (states, edges, depth)
         self.tick()
 
     def tick(self) -> None:
         now = time.perf_counter()
         if self.progress is None or now < self.report_at:
             return
-        states, edges = self.mine
+        states, edges, depth = self.mine
         for slot in range(1, self.processes):
             more = _FIGURES.unpack_from(self.shared, _FIGURES.size * slot)
-            states, edges = states + more[0], edges + more[1]
-        self.progress(ExplorationResult("", states=states, edges=edges,
+            states, edges, depth = states + more[0], edges + more[1], max(depth, more[2])
+        self.progress(ExplorationResult(self.name, states=states, edges=edges, depth=depth,
                                         seconds=now - self.started))
         self.report_at = now + 1.0
 

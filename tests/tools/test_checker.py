@@ -57,8 +57,10 @@ def _no_timings(text: str) -> str:
 
 def test_the_check_searched_in_two_processes_prints_what_the_serial_one_prints(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """LIFECYCLES_CHECK_PROCESSES=2: the same figures, coverage, liveness and findings, for
-    a passing lifecycle and for the planted defect (whose search is then serial)."""
+    """LIFECYCLES_CHECK_PROCESSES=2 (the default on two CPUs) and =1: the same figures,
+    coverage, liveness and findings, for passing lifecycles and for the planted defect
+    (whose search is then serial)."""
+    monkeypatch.setenv("LIFECYCLES_CHECK_PROCESSES", "1")
     serial = [check(tmp_path, "monitor", "outbox"),
               check(tmp_path, modules=(str(DEFECT_MODULE),))]
     monkeypatch.setenv("LIFECYCLES_CHECK_PROCESSES", "2")
