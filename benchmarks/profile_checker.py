@@ -6,22 +6,26 @@ First the figures ``lifecycles check monitor`` prints, best of ``--rounds``: sta
 edges/s of the search at the default bounds (max_failures 1..3) and at 1..``--high``.
 
 Then the per-edge breakdown at 1..``--high``: the same work the search does, timed part
-by part on the states it reached, with no observer attached unless the part is one:
+by part on the states it reached, with no observer attached unless the part is one. The
+search fires each (trigger, inputs) once per state (:class:`~lifecycles.machines.memo.
+Repeats`): the engine's parts are timed on those distinct fires, as the search runs them.
 
-* ``choices``: each move's ``choices(record)``, once per state and move;
-* ``move``: a move's own code around ``fire`` (the monitor reads the receiver's response
-  through ``parse_answer`` and its answer rules), per attempt;
-* ``select_row``: the table dispatch (every guard of the row it tries), per fire;
-* ``coverage``: the Coverage observer (every guard of every candidate row), per fire;
-* ``apply_row``: the row's effect, the new record (changed fields validated), every
-  invariant and every step invariant, per fired row; the invariants also alone;
+* ``choices``: each move's ``choices(record)`` (memoized), once per state and move;
+* ``moves``: every attempt as the search makes it (per state a Repeats fire, the Coverage
+  observer attached), per attempt; of which:
+  * ``select_row``: the table dispatch (every guard of the row it tries), per distinct fire;
+  * ``coverage``: the Coverage observer (every guard of every candidate row), per fire,
+    repeats included (the observers see them);
+  * ``apply_row``: the row's effect, the new record (changed fields validated), every
+    invariant and every step invariant, per distinct fired row; the invariants also alone;
+  * ``move around fire``: the rest, the move's own code (the monitor's cached answers and
+    steps, its expectations), the repeats' lookups, refusals;
 * ``abstraction``: the state's key, per edge; ``fingerprint``: its hash, per edge;
 * the rest of the search (queue, dedup, graph, traces): the total minus the parts.
 
-The floor is the work that checks the code itself (the move, the dispatch and
-``apply_row`` with its invariants): no search over these inputs can be faster, so
-``1 / (floor per state)`` bounds states/s on one core. Not a ``bench_*`` file:
-``run.py`` does not run it.
+The floor is ``moves``, the work that checks the code itself: no search over these inputs
+can be faster, so ``1 / (floor per state)`` bounds states/s on one core. Not a
+``bench_*`` file: ``run.py`` does not run it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lifecycles.machines.exploration import Coverage, Exploration, explore
+from lifecycles.machines.memo import Repeats
 from lifecycles.machines.monitor_inputs import monitor_exploration
 
 
@@ -77,20 +82,34 @@ def breakdown(exploration: Exploration[Any], rounds: int) -> None:
         for move in exploration.moves:
             if status in exploration.sources(move):
                 work.append((move, record, list(move.choices(record))))
-    attempts = [(move, record, choice) for move, record, choices in work for choice in choices]
+    by_state: dict[int, list[tuple[Any, Any, Any]]] = {}
+    for move, record, choices in work:
+        by_state.setdefault(id(record), []).extend((move, record, c) for c in choices)
+    attempts = [attempt for listed in by_state.values() for attempt in listed]
 
-    # Every fire the moves make, with its result: what the engine's parts are timed on.
+    # Every fire the moves make, and the distinct ones the engine runs (Repeats).
     fires: list[tuple[str, Any, Any]] = []
+    distinct: list[tuple[str, Any, Any]] = []
 
-    def recording(trigger: str, record: Any, inputs: Any) -> Any:
-        fires.append((trigger, record, inputs))
-        return lifecycle.fire(trigger, record, inputs)
+    class Recording:
+        def __init__(self) -> None:
+            self.seen: set[int] = set()
 
-    performed = [attempt(move.perform, recording, record, choice)
-                 for move, record, choice in attempts]
-    afters = [after for after in performed if after is not None]
+        def fire(self, trigger: str, record: Any, inputs: Any) -> Any:
+            fires.append((trigger, record, inputs))
+            if id(inputs) not in self.seen:
+                self.seen.add(id(inputs))
+                distinct.append((trigger, record, inputs))
+            return lifecycle.fire(trigger, record, inputs)
+
+    afters = []
+    for listed in by_state.values():
+        recording = Recording()
+        for move, record, choice in listed:
+            afters.append(attempt(move.perform, recording.fire, record, choice))
+    afters = [after for after in afters if after is not None]
     selected = [(attempt(lifecycle.select_row, trigger, record, inputs), record, inputs)
-                for trigger, record, inputs in fires]
+                for trigger, record, inputs in distinct]
     rows = [(row, record, inputs) for row, record, inputs in selected if row is not None]
     applied = [(record, attempt(lifecycle.apply_row, row, record, inputs))
                for row, record, inputs in rows]
@@ -100,16 +119,26 @@ def breakdown(exploration: Exploration[Any], rounds: int) -> None:
         for move, record, _ in work:
             move.choices(record)
 
-    def all_moves() -> None:
-        for move, record, choice in attempts:
-            attempt(move.perform, lifecycle.fire, record, choice)
+    class Fired:  # the search's own observer (exploration._Fired)
+        row: Any = None
 
-    def all_fires() -> None:
-        for trigger, record, inputs in fires:
-            attempt(lifecycle.fire, trigger, record, inputs)
+        def attempted(self, *args: Any) -> None:
+            pass
+
+        def fired(self, lifecycle: Any, row: Any, before: Any, after: Any) -> None:
+            self.row = row
+
+    def all_moves() -> None:
+        fired = Fired()
+        repeats = Repeats(lifecycle, fired)
+        with lifecycle.observing(Coverage(lifecycle)), lifecycle.observing(fired):
+            for listed in by_state.values():
+                repeats.start(listed[0][1])
+                for move, record, choice in listed:
+                    attempt(move.perform, repeats.fire, record, choice)
 
     def all_selects() -> None:
-        for trigger, record, inputs in fires:
+        for trigger, record, inputs in distinct:
             attempt(lifecycle.select_row, trigger, record, inputs)
 
     coverage = Coverage(lifecycle)
@@ -140,34 +169,39 @@ def breakdown(exploration: Exploration[Any], rounds: int) -> None:
         for key in keys:
             hash(key)
 
+    moves = best(rounds, all_moves)
+    engine = {
+        "  select_row": (best(rounds, all_selects), len(distinct), "per distinct fire"),
+        "  coverage observer": (best(rounds, all_coverage), len(fires), "per fire"),
+        "  apply_row": (best(rounds, all_applies), len(rows), "per fired row"),
+    }
     parts = {
         "choices": (best(rounds, all_choices), len(work), "per (state, move)"),
-        "move (around fire)": (best(rounds, all_moves) - best(rounds, all_fires),
+        "moves": (moves, len(attempts), "per attempt"),
+        **engine,
+        "    of which invariants": (best(rounds, all_invariants), len(made), "per new record"),
+        "    of which step invariants": (best(rounds, all_steps), len(made),
+                                         "per new record"),
+        "  move around fire": (moves - sum(seconds for seconds, _, _ in engine.values()),
                                len(attempts), "per attempt"),
-        "select_row": (best(rounds, all_selects), len(fires), "per fire"),
-        "coverage observer": (best(rounds, all_coverage), len(fires), "per fire"),
-        "apply_row": (best(rounds, all_applies), len(rows), "per fired row"),
-        "  of which invariants": (best(rounds, all_invariants), len(made), "per new record"),
-        "  of which step invariants": (best(rounds, all_steps), len(made), "per new record"),
         "abstraction": (best(rounds, all_abstractions), len(afters), "per edge"),
         "fingerprint (hash of key)": (best(rounds, all_fingerprints), len(keys), "per edge"),
     }
     counted = sum(seconds for name, (seconds, _, _) in parts.items() if not name.startswith(" "))
     print(f"\nper-edge breakdown, {exploration.bounds.split(';')[0]}: {states} states, "
           f"{edges} edges ({edges / states:.1f} per state), {len(attempts)} attempts "
-          f"({len(attempts) / states:.1f} per state), {len(fires)} fires, "
-          f"{total.seconds:.2f} s in all")
-    print(f"  {'part':<28} {'µs each':>9} {'':<18} {'µs/state':>9} {'share':>6}")
+          f"({len(attempts) / states:.1f} per state), {len(fires)} fires of which "
+          f"{len(distinct)} distinct, {total.seconds:.2f} s in all")
+    print(f"  {'part':<30} {'µs each':>9} {'':<18} {'µs/state':>9} {'share':>6}")
     for name, (seconds, count, unit) in parts.items():
-        print(f"  {name:<28} {seconds / count * 1e6:>9.2f} {unit:<18} "
+        print(f"  {name:<30} {seconds / count * 1e6:>9.2f} {unit:<18} "
               f"{seconds / states * 1e6:>9.1f} {seconds / total.seconds:>6.0%}")
     rest = total.seconds - counted
-    print(f"  {'rest of the search':<28} {'':>9} {'':<18} {rest / states * 1e6:>9.1f} "
+    print(f"  {'rest of the search':<30} {'':>9} {'':<18} {rest / states * 1e6:>9.1f} "
           f"{rest / total.seconds:>6.0%}")
-    floor = best(rounds, all_moves)
-    print(f"  floor (the moves themselves: their code, dispatch, apply_row with every "
-          f"invariant): {floor / states * 1e6:.0f} µs/state -> at most "
-          f"{states / floor:,.0f} states/s on one core; measured {states / total.seconds:,.0f}"
+    print(f"  floor (the moves: their code, dispatch, coverage, apply_row with every "
+          f"invariant): {moves / states * 1e6:.0f} µs/state -> at most "
+          f"{states / moves:,.0f} states/s on one core; measured {states / total.seconds:,.0f}"
           f" (5,000 states/s needs <= 200 µs/state in all)")
 
 

@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import re
 import sys
 import time
@@ -216,11 +217,26 @@ def _summary(record: Any) -> str:
     return ", ".join(f"{name}={value!s}" for name, value in values.items() if value is not None)
 
 
+PROCESSES = "LIFECYCLES_CHECK_PROCESSES"
+"""Processes the search may use (default: the CPUs this process may run on): initial
+records whose states never meet are searched apart (lifecycles.machines.partition), with
+exactly the serial result. 1 searches serially: on a machine whose other cores are busy
+the split is slower."""
+
+
+def _processes() -> int:
+    declared = os.environ.get(PROCESSES, "").strip()
+    if declared.isdigit():
+        return max(1, int(declared))
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+
 def _explore(target: Target, exploration: AnyExploration) -> ExplorationResult:
     """:func:`explore`; what escapes it (initial records, choices, the abstraction)
     becomes ``check_raised`` at the user's line."""
     try:
-        return explore(exploration, keep_graph=True, progress=_progress)
+        return explore(exploration, keep_graph=True, progress=_progress,
+                       processes=_processes())
     except Exception as error:
         raise CheckerError(
             "check_raised",

@@ -28,7 +28,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 from transitions import Machine, MachineError
@@ -508,28 +508,39 @@ def evolver(record_type: type[R]) -> Callable[[R, dict[str, Any]], R]:
         or not all(_value_only(field.validator) for field in fields)
     ):
         return lambda record, changes: attrs.evolve(record, **changes)  # type: ignore[misc]
-    # A straight-line copy through the slots' descriptors, rules run inline: the setattr and
-    # validator calls were half of apply_row in benchmarks/profile_checker.py's breakdown.
+    # Straight-line code through the slots, rules inline, once per tuple of changed fields
+    # (an effect writes the same ones each time): copying and looping were most of apply_row.
     names = tuple(field.name for field in fields)
-    setters = [_setter(record_type, name) for name in names]
-    plans = {field.name: (assign, cast("Callable[[Any], Any] | None", field.converter), tuple(
-        (rule.optional, rule.check, rule.name) for rule in _parts(field.validator)))
-        for field, assign in zip(fields, setters, strict=True)}
-    namespace: dict[str, Any] = {"new": object.__new__, "kind": record_type, "put": setters}
-    copies = "".join(f"    put[{at}](made, record.{name})\n" for at, name in enumerate(names))
-    exec(f"def copy(record):\n    made = new(kind)\n{copies}    return made\n", namespace)
-    copy: Callable[[R], R] = namespace["copy"]
+    plans = {field.name: (at, field.converter, [(rule.optional, rule.check, rule.name)
+             for rule in _parts(field.validator)]) for at, field in enumerate(fields)}
+
+    @functools.lru_cache(maxsize=256)  # bounded: a caller may write ever new sets of fields
+    def straight(changed: tuple[str, ...]) -> Callable[[R, dict[str, Any]], R]:
+        space: dict[str, Any] = {"new": object.__new__, "kind": record_type, "plans": plans,
+                                 "broke": FieldRuleViolation}
+        space.update((f"put{at}", _setter(record_type, name)) for at, name in enumerate(names))
+        lines = [f"put{at}(made, record.{name})" for at, name in enumerate(names)
+                 if name not in changed]
+        for number, name in enumerate(changed):
+            if name not in plans:  # no such field: as ``plans[name]`` raised, in order
+                lines.append(f"plans[{name!r}]")
+                break
+            at, convert, rules = plans[name]
+            space[f"convert{number}"] = convert
+            lines.append(f"value = convert{number}(changes[{name!r}])" if convert
+                         else f"value = changes[{name!r}]")
+            for part, (optional, check, rule) in enumerate(rules):  # FieldRule.__call__
+                space[f"check{number}_{part}"] = check
+                lines.append(f"if not ({'value is None or ' if optional else ''}check{number}_"
+                             f"{part}(value)): raise broke({rule!r}, {name!r}, value)")
+            lines.append(f"put{at}(made, value)")
+        body = "".join(f"    {line}\n" for line in lines)
+        exec(f"def evolve(record, changes):\n    made = new(kind)\n{body}    return made\n",
+             space)
+        return space["evolve"]  # type: ignore[no-any-return]
 
     def evolve(record: R, changes: dict[str, Any]) -> R:
-        new = copy(record)
-        for name, value in changes.items():
-            assign, convert, rules = plans[name]
-            converted = value if convert is None else convert(value)
-            for optional, check, rule in rules:  # FieldRule.__call__, inline
-                if not ((optional and converted is None) or check(converted)):
-                    raise FieldRuleViolation(rule, name, converted)
-            assign(new, converted)
-        return new
+        return straight(tuple(changes))(record, changes)
 
     return evolve
 

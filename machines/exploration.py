@@ -37,7 +37,9 @@ import attrs
 
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
+from lifecycles.machines.coverage import Coverage as Coverage  # defined there, read from here
 from lifecycles.machines.graph import trace_back
+from lifecycles.machines.memo import Repeats
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -218,87 +220,6 @@ def time_relation(value: float | None, clock: float) -> str:
     return "at" if value == clock else "after"
 
 
-# --- coverage ----------------------------------------------------------------
-
-
-@attrs.define
-class Coverage:
-    """Which rows fired (and how often) and which guards were seen true and false.
-
-    An observer for :meth:`Lifecycle.observing`. On every attempt it evaluates every
-    guard of every row the trigger could take from the record's status, so a guard's
-    truth table is recorded even when the engine short-circuits.
-    """
-
-    lifecycle: Lifecycle[Any, Any]
-    row_fires: dict[Row, int] = attrs.field(factory=dict)
-    guard_outcomes: dict[str, dict[bool, int]] = attrs.field(factory=dict)
-    attempts: int = 0
-    # Per (trigger, status): each guard of each candidate row, in table order, with its
-    # test; found once instead of scanning the whole table on every attempt.
-    _plans: dict[tuple[str, str], tuple[tuple[str, Callable[[Any, Any], object]], ...]] = (
-        attrs.field(factory=dict, init=False, repr=False))
-
-    def __attrs_post_init__(self) -> None:
-        for row in self.lifecycle.rows:
-            self.row_fires.setdefault(row, 0)
-        for name in self.lifecycle.guards:
-            self.guard_outcomes.setdefault(name, {True: 0, False: 0})
-
-    def attempted(self, lifecycle: Lifecycle[Any, Any], trigger: str, record: Any,
-                  inputs: Any) -> None:
-        if lifecycle is not self.lifecycle:
-            return
-        self.attempts += 1
-        key = (trigger, str(getattr(record, lifecycle.status_field)))
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = tuple(
-                (name, lifecycle.guards[name].test)
-                for row in lifecycle.rows if (row.trigger, row.source) == key
-                for name in (*row.conditions, *row.unless))
-        outcomes = self.guard_outcomes
-        for name, test in plan:
-            outcomes[name][bool(test(record, inputs))] += 1
-
-    def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None:
-        if lifecycle is self.lifecycle:
-            self.row_fires[row] = self.row_fires.get(row, 0) + 1
-
-    def merge(self, other: Coverage) -> None:
-        for row, count in other.row_fires.items():
-            self.row_fires[row] = self.row_fires.get(row, 0) + count
-        for name, outcomes in other.guard_outcomes.items():
-            mine = self.guard_outcomes.setdefault(name, {True: 0, False: 0})
-            for outcome, count in outcomes.items():
-                mine[outcome] += count
-        self.attempts += other.attempts
-
-    @property
-    def unfired_rows(self) -> list[Row]:
-        return [row for row in self.lifecycle.rows if self.row_fires.get(row, 0) == 0]
-
-    @property
-    def one_sided_guards(self) -> list[str]:
-        """Guards seen only true or only false (or never evaluated)."""
-        return [
-            name for name, seen in self.guard_outcomes.items() if not (seen[True] and seen[False])
-        ]
-
-    def report(self) -> str:
-        """A small table: one line per row (fires), then the guards' true/false counts."""
-        lines = [f"transition coverage of {self.lifecycle.name} ({self.attempts} attempts)"]
-        for row in self.lifecycle.rows:
-            count = self.row_fires.get(row, 0)
-            mark = "" if count else "   <-- never fired"
-            lines.append(f"  {count:>8}  {row.source} -> {row.dest}: {row.label}{mark}")
-        lines.append("  guards (true / false):")
-        for name, seen in self.guard_outcomes.items():
-            mark = "" if seen[True] and seen[False] else "   <-- one-sided"
-            lines.append(f"  {seen[True]:>8} / {seen[False]:<8} {name}{mark}")
-        return "\n".join(lines)
-
-
 # --- the search ----------------------------------------------------------------
 
 
@@ -357,12 +278,13 @@ class Graph:
 
 
 class _Fired:
-    """Collects the triggers of the rows fired during one move, and the last record a
-    row made (the engine checked its invariants: the search need not again)."""
+    """Collects the triggers of the rows fired during one move, and the last row fired
+    and record it made (the engine checked its invariants: the search need not again)."""
 
     def __init__(self) -> None:
         self.triggers: set[str] = set()
         self.last: Any = None
+        self.row: Row | None = None
 
     def attempted(self, lifecycle: Any, trigger: str, record: Any, inputs: Any) -> None:
         pass
@@ -370,10 +292,13 @@ class _Fired:
     def fired(self, lifecycle: Any, row: Row, before: Any, after: Any) -> None:
         self.triggers.add(row.trigger)
         self.last = after
+        self.row = row
 
 
 @attrs.frozen
-class _Node(Generic[R]):
+class Node(Generic[R]):
+    """One state found: its first record, how it was reached, from which initial record."""
+
     record: R
     parent: int  # -1 for an initial record
     step: Step | None
@@ -381,7 +306,7 @@ class _Node(Generic[R]):
     initial: int
 
 
-def _trace(nodes: list[_Node[Any]], index: int) -> tuple[int, tuple[Step, ...]]:
+def node_trace(nodes: list[Node[Any]], index: int) -> tuple[int, tuple[Step, ...]]:
     """The initial record's number and the steps from it to node ``index``."""
 
     def parent(at: int) -> tuple[int, Step] | None:
@@ -392,6 +317,9 @@ def _trace(nodes: list[_Node[Any]], index: int) -> tuple[int, tuple[Step, ...]]:
     return nodes[root].initial, tuple(steps)
 
 
+RECENT_KEYS = 4096
+"""States whose keys a search keeps at once (see ``recent`` in :func:`search`)."""
+
 PROGRESS_AFTER = 2.0
 """Seconds into a search after which ``progress`` hears from it, about once a second."""
 
@@ -399,7 +327,7 @@ PROGRESS_AFTER = 2.0
 def explore(
     exploration: Exploration[R], *, keep_records: bool = False, keep_graph: bool = False,
     progress: Callable[[ExplorationResult], None] | None = None,
-    moves_start_as: Exploration[R] | None = None,
+    moves_start_as: Exploration[R] | None = None, processes: int = 1,
 ) -> ExplorationResult:
     """Breadth-first search of every abstract state within the declared bounds.
 
@@ -409,14 +337,33 @@ def explore(
     with the figures so far (states, edges, depth, seconds) once the search has run for
     :data:`PROGRESS_AFTER` seconds, then about once a second. ``moves_start_as``: the
     exploration whose table says where each move may start (default: this one; a table
-    mutant is tried from where the declared table's moves start).
+    mutant is tried from where the declared table's moves start). With ``processes`` above
+    one the initial records may be searched apart, in that many processes, when that gives
+    exactly the serial search's result (:mod:`lifecycles.machines.partition`).
     """
+    options: dict[str, Any] = dict(keep_records=keep_records, keep_graph=keep_graph,
+                                   progress=progress, moves_start_as=moves_start_as)
+    if processes > 1 and not exploration.lifecycle._observers:  # they would not see it
+        from lifecycles.machines.partition import explore_apart
+
+        if (apart := explore_apart(exploration, processes, **options)) is not None:
+            return apart
+    return search(exploration, **options)[0]
+
+
+def search(
+    exploration: Exploration[R], *, keep_records: bool = False, keep_graph: bool = False,
+    progress: Callable[[ExplorationResult], None] | None = None,
+    moves_start_as: Exploration[R] | None = None, initial: Sequence[int] | None = None,
+) -> tuple[ExplorationResult, list[Node[R]]]:
+    """:func:`explore` in this process, and the states found (record, parent, step, depth);
+    ``initial``: the numbers of the initial records searched from (default: all)."""
     lifecycle = exploration.lifecycle
     result = ExplorationResult(lifecycle.name)
     coverage = Coverage(lifecycle)
     result.coverage = coverage
     started = time.perf_counter()
-    nodes: list[_Node[R]] = []
+    nodes: list[Node[R]] = []
     # Deduplication by fingerprint, as TLC and stateright do: ``seen`` maps the 64-bit
     # ``hash`` of a state's abstraction key to the first state that had it, instead of
     # holding every key. A hit is confirmed against that state's key, recomputed from its
@@ -428,21 +375,33 @@ def explore(
     seen: dict[int, int] = {}
     collided: dict[Hashable, int] = {}
     abstraction = exploration.abstraction
-    graph = Graph(trace_to=lambda index: _trace(nodes, index)) if keep_graph else None
+    graph = Graph(trace_to=lambda index: node_trace(nodes, index)) if keep_graph else None
     result.graph = graph
     fired = _Fired()
     queue: deque[int] = deque()
 
+    # The keys of the states found lately (most edges lead to a few of them), so a hit is
+    # confirmed without computing its key again; bounded, unlike keeping every key.
+    recent: dict[int, Hashable] = {}
+
     def find(key: Hashable, fingerprint: int) -> int | None:
         """The state whose key is ``key``, if one was reached."""
         target = seen.get(fingerprint)
-        if target is None or abstraction(nodes[target].record) == key:
-            return target
-        return collided.get(key)
+        if target is None:
+            return None
+        known = recent.get(target)
+        if known is None:
+            if len(recent) >= RECENT_KEYS:
+                recent.clear()
+            known = recent[target] = abstraction(nodes[target].record)
+        return target if known == key else collided.get(key)
 
-    def add_node(node: _Node[R], key: Hashable, fingerprint: int) -> int:
+    def add_node(node: Node[R], key: Hashable, fingerprint: int) -> int:
         index = len(nodes)
         nodes.append(node)
+        if len(recent) >= RECENT_KEYS:
+            recent.clear()
+        recent[index] = key
         if fingerprint in seen:
             collided[key] = index
         else:
@@ -460,26 +419,28 @@ def explore(
 
     def fail(kind: str, error: BaseException | None, message: str, rules: tuple[str, ...],
              parent: int, step: Step | None) -> None:
-        initial, trace = _trace(nodes, parent) if parent >= 0 else (0, ())
+        initial, trace = node_trace(nodes, parent) if parent >= 0 else (0, ())
         if step is not None:
             trace = (*trace, step)
         result.violation = Violation(
             kind, message, rules, initial, trace, type(error).__name__ if error else kind
         )
 
-    for number, record in enumerate(exploration.initial()):
+    records = list(enumerate(exploration.initial()))
+    for number, record in records if initial is None else [records[at] for at in initial]:
         try:
             lifecycle.create(record)
         except (InvariantViolation, TransitionRefused) as error:
             fail("invariant", error, f"initial record {number} is refused: {error}",
                  tuple(getattr(error, "rules", ())), -1, None)
             result.seconds = time.perf_counter() - started
-            return result
+            return result, nodes
         key = abstraction(record)
         if find(key, hash(key)) is None:
-            queue.append(add_node(_Node(record, -1, None, 0, number), key, hash(key)))
+            queue.append(add_node(Node(record, -1, None, 0, number), key, hash(key)))
 
-    fire, max_depth, max_states = lifecycle.fire, exploration.max_depth, exploration.max_states
+    repeats = Repeats(lifecycle, fired)
+    fire, max_depth, max_states = repeats.fire, exploration.max_depth, exploration.max_states
     with lifecycle.observing(coverage), lifecycle.observing(fired):
         report_at = started + PROGRESS_AFTER
         while queue and result.violation is None:
@@ -493,6 +454,7 @@ def explore(
                 result.truncated = True
                 continue
             record = node.record
+            repeats.start(record)
             status = str(lifecycle.status_of(record))
             moves = moves_from.get(status)
             if moves is None:
@@ -531,7 +493,7 @@ def explore(
                             continue
                         step = Step(move.name, number, move.describe_choice(record, choice))
                         target = add_node(
-                            _Node(after, index, step, node.depth + 1, node.initial), key,
+                            Node(after, index, step, node.depth + 1, node.initial), key,
                             fingerprint)
                         queue.append(target)
                         result.depth = max(result.depth, node.depth + 1)
@@ -544,7 +506,7 @@ def explore(
     result.seconds = time.perf_counter() - started
     if keep_records:
         result.records = [node.record for node in nodes]
-    return result
+    return result, nodes
 
 
 class TraceMismatch(AssertionError):

@@ -64,13 +64,14 @@ from lifecycles.machines.exploration import (
 )
 from lifecycles.machines.interleaving import Work, Workers
 from lifecycles.machines.lease import StepOn
+from lifecycles.machines.memo import LIMIT, ByIdentity, identity_of, memoized
 from lifecycles.machines.monitor import (
     MONITOR,
     RESPONSE_INVALID,
-    STATUS_SCHEMA,
     FireMonitor,
     MonitorInputs,
     MonitorRecord,
+    PollStep,
     ReceiverAnswer,
     RetryPolicy,
     complete_with_answer,
@@ -81,11 +82,18 @@ from lifecycles.machines.monitor import (
     reader_error_code,
 )
 from lifecycles.machines.monitor_mutants import EQUIVALENT_MUTANTS
+from lifecycles.machines.monitor_responses import (
+    CAPABILITIES_SHA256,
+    START,
+    failure_responses,
+    progress_responses,
+    receiver_answer,
+    rejected_responses,
+    success_responses,
+)
 
-START = 1000.0
 LEASE_SECONDS = 600.0
 POLICY = RetryPolicy()
-CAPABILITIES_SHA256 = "c" * 64
 CLAIMER = "worker-a"
 INTRUDER = "worker-z"
 MAX_FAILURES = (1, 2, 3)
@@ -164,7 +172,7 @@ def _register_again(fire: Fire, record: MonitorRecord, inputs: MonitorInputs) ->
     """Registering the very same notification again is accepted and changes nothing."""
     same = inputs.registration is not None and same_notification(inputs.registration, record)
     after: MonitorRecord = _accepted(lambda: fire("register", record, inputs), same,
-                                     "registering the same notification again")
+                                     lambda: "registering the same notification again")
     return after
 
 
@@ -192,100 +200,23 @@ class Poll:
     must_be_accepted: bool = False
 
 
-def receiver_answer(r: MonitorRecord, **fields: Any) -> dict[str, Any]:
-    """A receiver's status response about ``r``: pending, consistent, unless ``fields``
-    say otherwise (the exploration's responses and the generated tests' are built here)."""
-    response: dict[str, Any] = {
-        "schema": STATUS_SCHEMA, "notification_id": r.notification_id, "event_id": r.event_id,
-        "site_id": r.site_id, "terminal_status": r.terminal_status,
-        "notification_sha256": r.notification_sha256, "processing_status": "pending",
-        "attempts": 0, "max_attempts": 5, "next_attempt_at": START + 60.0,
-        "lease_expires_at": None, "lease_expired": False, "last_error_code": None,
-        "processed_at": None, "capabilities_sha256": CAPABILITIES_SHA256,
-    }
-    response.update(fields)
-    return response
-
-
-LEASE_AT_RECEIVER = START + 900.0
-
-
-def progress_responses(r: MonitorRecord) -> list[tuple[str, object]]:
-    """Answers that keep the item watched; the last parses but breaks an invariant."""
-    return [
-        ("pending", receiver_answer(r)),
-        ("leased", receiver_answer(r, processing_status="leased", attempts=1,
-                           lease_expires_at=LEASE_AT_RECEIVER)),
-        ("leased, lease expired", receiver_answer(r, processing_status="leased", attempts=1,
-                                          lease_expires_at=LEASE_AT_RECEIVER,
-                                          lease_expired=True)),
-        ("retry_wait with error", receiver_answer(r, processing_status="retry_wait", attempts=2,
-                                          last_error_code="cms.receiver_busy")),
-        # The reference's defect: parses, but breaks
-        # receiver_error_iff_receiver_waiting_or_failed.
-        ("retry_wait without error",
-         receiver_answer(r, processing_status="retry_wait", attempts=2)),
-    ]
-
-
-def success_responses(r: MonitorRecord) -> list[tuple[str, object]]:
-    return [
-        ("succeeded", receiver_answer(r, processing_status="succeeded", attempts=1,
-                              processed_at=START + 5.0)),
-        ("error code on success", receiver_answer(r, processing_status="succeeded", attempts=1,
-                                          processed_at=START, last_error_code="cms.oops")),
-    ]
-
-
-def failure_responses(r: MonitorRecord) -> list[tuple[str, object]]:
-    return [
-        ("failed with error", receiver_answer(r, processing_status="failed", attempts=5,
-                                      last_error_code="cms.publication_failed")),
-        # The reference's defect again, on the failed side.
-        ("failed without error", receiver_answer(r, processing_status="failed", attempts=5)),
-    ]
-
-
-def rejected_responses(r: MonitorRecord) -> list[tuple[str, object]]:
-    """Responses parse_answer refuses: the attempt fails with response_invalid."""
-    missing = receiver_answer(r)
-    del missing["processed_at"]
-    return [
-        ("not a mapping", ["pending"]),
-        ("a field missing", missing),
-        ("another schema", receiver_answer(r, schema="blun.other.v1")),
-        ("another event", receiver_answer(r, event_id="evt-other")),
-        ("other capabilities", receiver_answer(r, capabilities_sha256="d" * 64)),
-        ("attempts above max", receiver_answer(r, attempts=6, max_attempts=5)),
-        ("leased without expiry", receiver_answer(r, processing_status="leased", attempts=1)),
-    ]
-
-
-def responses(r: MonitorRecord) -> list[tuple[str, object]]:
-    """Every kind of receiver response about ``r``, labelled."""
-    return [*progress_responses(r), *success_responses(r), *failure_responses(r),
-            *rejected_responses(r)]
-
-
 def held_inputs(r: MonitorRecord) -> MonitorInputs:
     return MonitorInputs(now=r.updated_at, policy=POLICY, worker_id=r.lease_owner,
                          lease_token=r.lease_token, lease_seconds=LEASE_SECONDS)
 
 
-def _live_polls(r: MonitorRecord, kinds: list[tuple[str, object]]) -> list[Poll]:
+def _live_polls(r: MonitorRecord, kinds: Sequence[tuple[str, object]]) -> list[Poll]:
     """Each response from the holder, at the clock and one second before the lease expires."""
     held = held_inputs(r)
     expiry = r.lease_expires_at if r.lease_expires_at is not None else r.updated_at + 1.0
-    return [
-        Poll(attrs.evolve(held, now=now), response, label, must_be_accepted=True)
-        for now in sorted({r.updated_at, expiry - 1.0})
-        for label, response in kinds
-    ]
+    timed = [attrs.evolve(held, now=now) for now in sorted({r.updated_at, expiry - 1.0})]
+    return [Poll(inputs, response, label, must_be_accepted=True)
+            for inputs in timed for label, response in kinds]
 
 
 def _refused_polls(r: MonitorRecord) -> list[Poll]:
     """The same valid answer from an intruder, a stale token, and after the lease expired."""
-    held, pending = held_inputs(r), receiver_answer(r)
+    held, pending = held_inputs(r), _PROGRESS(r)[0][1]  # receiver_answer(r), built once
     expiry = r.lease_expires_at if r.lease_expires_at is not None else r.updated_at
     return [
         Poll(attrs.evolve(held, worker_id=INTRUDER), pending, "pending"),
@@ -349,9 +280,9 @@ its trigger leads to, a rejected one failed with response_invalid (every label o
 :func:`responses` is here; tests/engine/test_step_invariants.py checks it)."""
 
 
-def _expect(accepted: bool, rule: str, detail: str) -> None:
-    if not accepted:
-        raise ExpectationBroken(rule, detail)
+def _expect(accepted: bool, rule: str, detail: Callable[[], str]) -> None:
+    if not accepted:  # the detail is written only then: this runs on every step
+        raise ExpectationBroken(rule, detail())
 
 
 def _classified(poll: Poll, after: MonitorRecord) -> MonitorRecord:
@@ -361,10 +292,10 @@ def _classified(poll: Poll, after: MonitorRecord) -> MonitorRecord:
     invalid = after.last_error_code == RESPONSE_INVALID
     if expected == RESPONSE_INVALID:
         _expect(invalid and after.status == "failed", "rejected_answer_ends_response_invalid",
-                f"{poll.label!r} ended {after.status} with {after.last_error_code}")
+                lambda: f"{poll.label!r} ended {after.status} with {after.last_error_code}")
     elif expected is not None:
         _expect(not invalid and after.status == expected, "valid_answer_fires_its_trigger",
-                f"{poll.label!r} ended {after.status}, not {expected}")
+                lambda: f"{poll.label!r} ended {after.status}, not {expected}")
     return after
 
 
@@ -375,41 +306,142 @@ def _failure_classified(record: MonitorRecord, code: str, retryable: bool,
     expected = "retry_wait" if retried else "failed"
     _expect(after.status == expected and after.last_error_code == code,
             "retryability_follows_reader_error_code",
-            f"{code} (retryable={retryable}) ended {after.status}, not {expected}")
+            lambda: f"{code} (retryable={retryable}) ended {after.status}, not {expected}")
     return after
 
 
-def _accepted(step: Callable[[], MonitorRecord], must: bool, what: str) -> MonitorRecord:
+def _accepted(step: Callable[[], MonitorRecord], must: bool, what: Callable[[], str]
+              ) -> MonitorRecord:
     try:
         return step()
     except TransitionRefused as refused:
-        _expect(not must, "live_holder_is_never_refused", f"{what} refused: {refused}")
+        reason = str(refused)
+        _expect(not must, "live_holder_is_never_refused", lambda: f"{what()} refused: {reason}")
         raise
 
 
 # --- the moves: one per trigger -------------------------------------------------------
 
 
-def _completion(complete: Completer) -> Callable[[Fire, MonitorRecord, Poll], MonitorRecord]:
+# What the moves' choices read of a record (lifecycles.machines.memo): the responses are
+# about its notification (IDENTITY, all parse_answer reads of it), the polls are timed by
+# its clock and lease (tests/engine/test_checker_memo.py holds each to its function).
+IDENTITY = identity_of("event_id", "notification_id", "site_id", "terminal_status",
+                       "notification_sha256")
+HELD = identity_of("updated_at", "lease_owner", "lease_token", "lease_expires_at",
+                   "event_id", "notification_id", "site_id", "terminal_status",
+                   "notification_sha256")
+
+
+# Built once per notification: every poll of it carries the same responses, parsed once.
+_PROGRESS = memoized(IDENTITY, progress_responses)
+_REJECTED = memoized(IDENTITY, rejected_responses)
+
+
+class _Once:
+    """What an exploration's moves compute once: the responses and read failures its
+    memoized choices carry (built there, never changed) read once per notification, each
+    poll's step (frozen inputs and answer); what was built elsewhere is read every time.
+    Equal inputs are made one object, so the search sees a repeat by its identity."""
+
+    def __init__(self) -> None:
+        self.built: dict[int, object] = {}
+        self.parsed: ByIdentity[ReceiverAnswer | None] = ByIdentity()
+        self.steps: ByIdentity[tuple[ReceiverAnswer | None, PollStep]] = ByIdentity()
+        self.polled: ByIdentity[PollStep] = ByIdentity()
+        self.failures: ByIdentity[tuple[str, bool, MonitorInputs]] = ByIdentity()
+        self.canonical: dict[MonitorInputs, MonitorInputs] = {}
+
+    def one(self, inputs: MonitorInputs) -> MonitorInputs:  # the one object equal to it
+        if len(self.canonical) >= LIMIT:
+            self.canonical.clear()
+        return self.canonical.setdefault(inputs, inputs)
+
+    def step(self, poll: Poll, answer: ReceiverAnswer | None) -> PollStep:
+        """:func:`poll_step` of the poll's inputs and answer, kept by both objects."""
+        def build() -> tuple[ReceiverAnswer | None, PollStep]:
+            made = poll_step(poll.inputs, answer)
+            return answer, PollStep(made.trigger, self.one(made.inputs), None
+                                    if made.fallback is None else self.one(made.fallback))
+
+        kept, step = self.steps.get(poll.inputs, id(answer), build)  # the entry holds both
+        return step if kept is answer else build()[1]
+
+    def failure(self, choice: ReadFailure) -> tuple[str, bool, MonitorInputs]:
+        """The code and retryability of the failure, and the inputs that record it."""
+        def build() -> tuple[str, bool, MonitorInputs]:
+            code, retryable = reader_error_code(choice.error)
+            return code, retryable, self.one(
+                attrs.evolve(choice.inputs, error_code=code, retryable=retryable))
+
+        if self.built.get(id(choice)) is not choice:
+            return build()
+        return self.failures.get(choice, None, build)
+
+    def polls(self, reads: Callable[[MonitorRecord], Any],
+              compute: Callable[[MonitorRecord], Sequence[Any]]
+              ) -> Callable[[MonitorRecord], tuple[Any, ...]]:
+        def build(r: MonitorRecord) -> Sequence[Any]:
+            made = compute(r)
+            if len(self.built) >= LIMIT:
+                self.built.clear()
+            self.built.update((id(c.response), c.response) for c in made if isinstance(c, Poll))
+            self.built.update((id(c), c) for c in made if isinstance(c, ReadFailure))
+            return made
+
+        build.__doc__ = compute.__doc__
+        cached = memoized(reads, build)
+        cached.uncached = compute  # type: ignore[attr-defined]
+        return cached
+
+    def answered(self, poll: Poll, record: MonitorRecord) -> PollStep:
+        """:func:`poll_step` of the poll's inputs and its response parsed about ``record``:
+        once per poll and notification when the exploration built the poll."""
+        def build() -> PollStep:
+            return self.step(poll, self.parse(poll.response, record))
+
+        if self.built.get(id(poll.response)) is not poll.response:
+            return build()
+        return self.polled.get(poll, IDENTITY(record), build)
+
+    def parse(self, response: object, record: MonitorRecord) -> ReceiverAnswer | None:
+        if self.built.get(id(response)) is not response:
+            return parse_answer(response, record, CAPABILITIES_SHA256)
+        return self.parsed.get(response, IDENTITY(record), lambda: parse_answer(
+            response, record, CAPABILITIES_SHA256))
+
+
+def _completion(complete: Completer, once: _Once | None = None
+                ) -> Callable[[Fire, MonitorRecord, Poll], MonitorRecord]:
+    once_ = once or _Once()
+
+    def what(poll: Poll) -> Callable[[], str]:
+        return lambda: f"the holder's answer {poll.label!r}"
+
     def run(fire: Fire, record: MonitorRecord, poll: Poll) -> MonitorRecord:
-        answer = parse_answer(poll.response, record, CAPABILITIES_SHA256)
-        after = _accepted(lambda: complete(record, answer, poll.inputs, fire),
-                          poll.must_be_accepted, f"the holder's answer {poll.label!r}")
+        if complete is _complete:  # complete_with_answer: poll_step(...).fire(record, fire)
+            step = once_.answered(poll, record)
+            after = _accepted(lambda: step.fire(record, fire), poll.must_be_accepted, what(poll))
+        else:
+            answer = once_.parse(poll.response, record)
+            after = _accepted(lambda: complete(record, answer, poll.inputs, fire),
+                              poll.must_be_accepted, what(poll))
         return _classified(poll, after)
 
     return run
 
 
-def _fail_attempt(complete: Completer) -> Callable[[Fire, MonitorRecord, Any], MonitorRecord]:
-    completion = _completion(complete)
+def _fail_attempt(complete: Completer, once: _Once | None = None
+                  ) -> Callable[[Fire, MonitorRecord, Any], MonitorRecord]:
+    once_ = once or _Once()
+    completion = _completion(complete, once_)
 
     def run(fire: Fire, record: MonitorRecord, choice: ReadFailure | Poll) -> MonitorRecord:
         if isinstance(choice, Poll):
             return completion(fire, record, choice)
-        code, retryable = reader_error_code(choice.error)
-        inputs = attrs.evolve(choice.inputs, error_code=code, retryable=retryable)
+        code, retryable, inputs = once_.failure(choice)
         after: MonitorRecord = _accepted(lambda: fire("fail_attempt", record, inputs),
-                                         choice.must_be_accepted, f"the holder's {code}")
+                                         choice.must_be_accepted, lambda: f"the holder's {code}")
         return _failure_classified(record, code, retryable, after)
 
     return run
@@ -422,9 +454,8 @@ def _describe_fail_attempt(r: MonitorRecord, choice: ReadFailure | Poll) -> str:
 
 
 def fail_attempt_choices(r: MonitorRecord) -> list[ReadFailure | Poll]:
-    failures: list[ReadFailure | Poll] = [
-        ReadFailure(held_inputs(r), error, must_be_accepted=True) for error in READER_ERRORS]
-    return failures + _live_polls(r, rejected_responses(r))
+    failures = [ReadFailure(held_inputs(r), e, must_be_accepted=True) for e in READER_ERRORS]
+    return [*failures, *_live_polls(r, _REJECTED(r))]
 
 
 # --- the declaration ----------------------------------------------------------------------
@@ -491,32 +522,39 @@ def monitor_exploration(
     low, high = max_failures
     if not 1 <= low <= high <= 20:
         raise ValueError(f"max_failures {low}..{high} is not within 1..20")
-    completion = _completion(complete)
+    once = _Once()
+    completion = _completion(complete, once)
 
-    def observe(trigger: str, kinds: Callable[[MonitorRecord], list[tuple[str, object]]],
+    def observe(trigger: str, kinds: Callable[[MonitorRecord], Sequence[tuple[str, object]]],
                 strategy: str, refusals: bool = False) -> Move[MonitorRecord, Poll]:
         def choices(r: MonitorRecord) -> list[Poll]:
             return _live_polls(r, kinds(r)) + (_refused_polls(r) if refusals else [])
 
         return Move(
-            name=trigger, triggers=(trigger, "fail_attempt"), choices=choices, run=completion,
+            name=trigger, triggers=(trigger, "fail_attempt"), choices=once.polls(HELD, choices),
+            run=completion,
             strategy=strategy_in(STRATEGIES, strategy), describe=_describe_poll,
             meaning=f"the lease holder completes the poll with an answer aimed at {trigger}",
         )
 
     moves: Sequence[Move[MonitorRecord, Any]] = (
-        Move(name="register", triggers=("register",), choices=register_inputs,
+        Move(name="register", triggers=("register",), choices=memoized(identity_of(
+                 "updated_at", "max_failures", "event_id", "notification_id", "site_id",
+                 "terminal_status", "notification_sha256"), register_inputs),
              run=_register_again, meaning="the same event id is registered again"),
-        trigger_move("claim", claim_inputs, strategy=strategy_in(STRATEGIES, "claim_strategy"),
+        trigger_move("claim", memoized(identity_of(
+                         "updated_at", "next_poll_at", "poll_attempts"), claim_inputs),
+                     strategy=strategy_in(STRATEGIES, "claim_strategy"),
                      describe=_describe_timed, meaning="a worker leases the item"),
-        trigger_move("expire_lease", expiry_inputs,
+        trigger_move("expire_lease", memoized(identity_of(
+                         "updated_at", "lease_expires_at"), expiry_inputs),
                      strategy=strategy_in(STRATEGIES, "expiry_strategy"),
                      describe=_describe_timed, meaning="recovery of an expired lease"),
-        observe("observe_progress", progress_responses, "progress_strategy", refusals=True),
-        observe("observe_success", success_responses, "success_strategy"),
-        observe("observe_failure", failure_responses, "failure_strategy"),
-        Move(name="fail_attempt", triggers=("fail_attempt",), choices=fail_attempt_choices,
-             run=_fail_attempt(complete),
+        observe("observe_progress", _PROGRESS, "progress_strategy", refusals=True),
+        observe("observe_success", memoized(IDENTITY, success_responses), "success_strategy"),
+        observe("observe_failure", memoized(IDENTITY, failure_responses), "failure_strategy"),
+        Move(name="fail_attempt", triggers=("fail_attempt",),
+             choices=once.polls(HELD, fail_attempt_choices), run=_fail_attempt(complete, once),
              strategy=strategy_in(STRATEGIES, "fail_attempt_strategy"),
              describe=_describe_fail_attempt,
              meaning="the read raised, or its response was rejected by parse_answer"),

@@ -31,13 +31,15 @@ from lifecycles.machines.monitor_inputs import (
     LEASE_SECONDS,
     POLICY,
     READER_ERRORS,
-    START,
     Poll,
     ReaderError,
     ReadFailure,
-    failure_responses,
     held_inputs,
     near,
+)
+from lifecycles.machines.monitor_responses import (
+    START,
+    failure_responses,
     progress_responses,
     receiver_answer,
     rejected_responses,

@@ -27,6 +27,7 @@ from lifecycles.machines.exploration import Exploration, explore
 from lifecycles.machines.monitor_inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.monitor_inputs import monitor_exploration
 from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX_EXPLORATION
+from lifecycles.machines.partition import explore_apart
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,9 +46,9 @@ def _explorations() -> dict[str, Exploration[Any]]:
     }
 
 
-def summary(exploration: Exploration[Any]) -> dict[str, Any]:
+def summary(exploration: Exploration[Any], processes: int = 1) -> dict[str, Any]:
     """What one search explored, in a form that compares exactly (and prints as JSON)."""
-    result = explore(exploration, keep_records=True, keep_graph=True)
+    result = explore(exploration, keep_records=True, keep_graph=True, processes=processes)
     assert result.coverage is not None and result.graph is not None
     states = hashlib.sha256()
     for record in result.records:
@@ -83,6 +84,38 @@ PINNED: dict[str, dict[str, Any]] = json.loads(
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_the_search_explores_exactly_what_it_did(name: str) -> None:
     assert summary(_explorations()[name]) == PINNED[name]
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_the_search_split_by_initial_record_explores_exactly_the_same(name: str) -> None:
+    """Searched apart in two processes (or serially, when the parts would meet or a
+    violation is found: lifecycles.machines.partition), the result is the pinned one."""
+    assert summary(_explorations()[name], processes=2) == PINNED[name]
+
+
+@pytest.mark.parametrize("name", ["monitor", "monitor 1..8", "outbox"])
+def test_a_split_search_gives_every_state_the_serial_trace(name: str) -> None:
+    exploration = _explorations()[name]
+    apart = explore_apart(exploration, 2, keep_records=True, keep_graph=True, progress=None,
+                          moves_start_as=None)
+    assert apart is not None, "the parts met: the split was given up"
+    serial = explore(exploration, keep_records=True, keep_graph=True)
+    assert apart.graph is not None and serial.graph is not None
+    assert apart.records == serial.records
+    assert apart.graph.edges == serial.graph.edges and apart.graph.final == serial.graph.final
+    assert [apart.graph.trace_to(index) for index in range(apart.states)] == [
+        serial.graph.trace_to(index) for index in range(serial.states)]
+    assert (apart.states, apart.edges, apart.refusals, apart.depth, apart.statuses) == (
+        serial.states, serial.edges, serial.refusals, serial.depth, serial.statuses)
+
+
+def test_parts_that_meet_are_searched_serially() -> None:
+    """Two initial records whose states meet (the same record twice): no split."""
+    twice = attrs.evolve(MONITOR_EXPLORATION, initial=lambda: [
+        *MONITOR_EXPLORATION.initial(), MONITOR_EXPLORATION.initial()[0]])
+    assert explore_apart(twice, 2, keep_records=False, keep_graph=False, progress=None,
+                         moves_start_as=None) is None
+    assert explore(twice, processes=2).states == explore(MONITOR_EXPLORATION).states
 
 
 @attrs.frozen

@@ -246,7 +246,8 @@ def test_each_new_outbox_step_rule_can_fail() -> None:
 
 
 def test_every_answer_the_monitor_exploration_feeds_declares_where_it_ends() -> None:
-    from lifecycles.machines.monitor_inputs import ANSWER_ENDS, responses
+    from lifecycles.machines.monitor_inputs import ANSWER_ENDS
+    from lifecycles.machines.monitor_responses import responses
 
     record = monitor_record(MonitorStatus.LEASED)
     labels = [label for label, _ in responses(record)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Hashable
@@ -48,6 +49,26 @@ def test_every_registered_lifecycle_passes_and_prints_its_figures(tmp_path: Path
             assert f"{row.source} -> {row.dest}: {row.label}" in text
     assert "states/s" in text and "(complete)" in text
     assert "all OK" in text and "never fired" not in text
+
+
+def _no_timings(text: str) -> str:
+    return re.sub(r"[\d,.]+ (s|states/s|edges/s)\b", "T", text)
+
+
+def test_the_check_searched_in_two_processes_prints_what_the_serial_one_prints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LIFECYCLES_CHECK_PROCESSES=2 (the default on two CPUs) and =1: the same figures,
+    coverage, liveness and findings, for passing lifecycles and for the planted defect
+    (whose search is then serial)."""
+    monkeypatch.setenv("LIFECYCLES_CHECK_PROCESSES", "1")
+    serial = [check(tmp_path, "monitor", "outbox"),
+              check(tmp_path, modules=(str(DEFECT_MODULE),))]
+    monkeypatch.setenv("LIFECYCLES_CHECK_PROCESSES", "2")
+    apart = [check(tmp_path, "monitor", "outbox"),
+             check(tmp_path, modules=(str(DEFECT_MODULE),))]
+    assert [(code, _no_timings(text)) for code, text in apart] == [
+        (code, _no_timings(text)) for code, text in serial]
+    assert serial[0][0] == 0 and serial[1][0] == 1
 
 
 def test_monitor_exploration_reaches_every_row_and_status_without_violation() -> None:
