@@ -252,9 +252,9 @@ def test_a_worker_may_lease_every_record_in_one_batch_and_complete_each() -> Non
 def test_batches_reach_worlds_single_claims_do_not() -> None:
     declared = MONITOR_EXPLORATION.workers
     assert declared is not None
-    with_batches = explore_workers(MONITOR_EXPLORATION, declared.sized(2, 2))
+    with_batches = explore_workers(MONITOR_EXPLORATION, declared.sized(1, 2))
     without = explore_workers(MONITOR_EXPLORATION,
-                              attrs.evolve(declared.sized(2, 2), batches=False))
+                              attrs.evolve(declared.sized(1, 2), batches=False))
     assert with_batches.finding is None and without.finding is None
     assert with_batches.states > without.states
     assert "claim_many" in declared.sized(2, 2).bounds
