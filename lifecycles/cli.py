@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a command it killed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in arguments
@@ -109,6 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("lifecycles: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of the output went away (`lifecycles check | head`): stop quietly, as
+        # a command killed by SIGPIPE does, and keep the exit flush from complaining.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except Exception as error:  # the promise: no traceback unless asked for
         if os.environ.get(TRACEBACK_VARIABLE):
             traceback.print_exc()

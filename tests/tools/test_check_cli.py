@@ -339,3 +339,21 @@ def test_a_replay_of_a_dotted_module_runs_from_another_directory(tmp_path: Path)
     replayed = run_pytest(traces / "test_replay_raising.py", cwd=tmp_path)
     assert replayed.returncode == 1, replayed.stdout + replayed.stderr
     assert "1 failed" in replayed.stdout and "ZeroDivisionError" in replayed.stdout
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly() -> None:
+    """`lifecycles check | head -1`: the reader has gone; no internal_error, no
+    traceback, the exit status a shell gives a command killed by SIGPIPE."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # gone before the first write: every write fails with EPIPE
+    try:
+        finished = subprocess.run(
+            [sys.executable, "-m", "lifecycles.cli", "check", "monitor"],
+            stdout=write_end, stderr=subprocess.PIPE, timeout=120, check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert finished.returncode == 141
+    assert finished.stderr == b""
