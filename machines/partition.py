@@ -49,6 +49,7 @@ from lifecycles.machines.exploration import (
 
 R = TypeVar("R")
 
+
 @attrs.frozen
 class Part:
     """One initial record searched alone: its number, the figures, the states and their
@@ -62,6 +63,7 @@ class Part:
     fires: list[int]  # per row, in table order
     attempts: int
     outcomes: dict[str, dict[bool, int]]
+
 
 _FIGURES = struct.Struct("qqq")  # states, edges and depth found so far by one process
 
