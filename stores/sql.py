@@ -94,6 +94,10 @@ class Dialect(ABC):
     #: where writers serialise on the whole database anyway, a lost race is rare and
     #: cheap; where workers claim side by side with row locks, the transaction is better.
     glances: ClassVar[bool] = False
+    #: Whether the store keeps a partial index of the rows breaking some rule
+    #: (``HealthQueries.rules_index``): cheap where the engine evaluates it only for
+    #: the rows a statement writes.
+    indexes_rules: ClassVar[bool] = False
 
     @abstractmethod
     def quote(self, identifier: str) -> str:
@@ -259,6 +263,7 @@ class SQLStore(Store[R], ABC):
         with self.transaction():
             self.lock_schema()
             self.schema.ensure(self)
+            self.ensure_rules_index()
             probed = self.run(*self._probe_statement)
             self._remember_probe(self.dialect.read_probe(self.schema, probed))
         self._verified = True
@@ -300,6 +305,9 @@ class SQLStore(Store[R], ABC):
             "the connection is already in a transaction",
             code=self.schema.error("transaction_nested"),
         )
+
+    def ensure_rules_index(self) -> None:
+        """Create the rules index where the dialect keeps one (see the subclasses)."""
 
     def lock_schema(self) -> None:
         """Serialise schema creation between stores opening at once (the transaction
@@ -586,7 +594,7 @@ class SQLStore(Store[R], ABC):
         return self.rule_queries().run(self, self._fetch, now)
 
     def rule_queries(self) -> HealthQueries:
-        """Every rule of the lifecycle in SQL, for this table (built on first use)."""
+        """Every rule of the lifecycle in SQL, for this table (built once)."""
         if self._health_queries is None:
             decoded = {name for name, _ in self._decoders}
             self._health_queries = HealthQueries(

@@ -329,16 +329,20 @@ class RuleSQL:
         if not values:
             return self.false
         if isinstance(operand, Attr):  # IS NOT NULL: NULL IN (...) is NULL, None in {...} False
-            listed = ", ".join(sorted(self.constant(value) for value in values))
-            return f"({sql} IS NOT NULL AND {sql} IN ({listed}))"
+            listed = sorted(self.constant(value) for value in values)
+            return f"({sql} IS NOT NULL AND {self.one_of(sql, listed)})"
         if all(isinstance(value, str) for value in values):
             kind = "str"
         elif all(isinstance(value, int) and not isinstance(value, bool) for value in values):
             kind = "number"
         else:
             raise NoSQLForm(f"a set of mixed types {sorted(map(repr, values))}")
-        listed = ", ".join(sorted(self.constant(value) for value in values))
-        return f"({self.type_test(operand, sql, kind, subject)} AND {sql} IN ({listed}))"
+        listed = sorted(self.constant(value) for value in values)
+        return f"({self.type_test(operand, sql, kind, subject)} AND {self.one_of(sql, listed)})"
+
+    def one_of(self, sql: str, listed: list[str]) -> str:
+        """``sql`` equal to one of the constants ``listed`` (already SQL)."""
+        return f"{sql} IN ({', '.join(listed)})"
 
 
 class SQLiteRules(RuleSQL):
@@ -348,12 +352,19 @@ class SQLiteRules(RuleSQL):
     false = "0"
     _TYPES: ClassVar[dict[str, str]] = {
         "exact_str": "= 'text'", "str": "= 'text'", "int": "= 'integer'",
-        "number": "IN ('integer', 'real')",
     }
 
     def type_test(self, operand: Expr, sql: str, kind: str, subject: str | None) -> str:
         self.column(operand, subject)
+        if kind == "number":
+            return self.one_of(f"typeof({sql})", ["'integer'", "'real'"])
         return f"(typeof({sql}) {self._TYPES[kind]})"
+
+    def one_of(self, sql: str, listed: list[str]) -> str:
+        # x IN (a, b) is x = +a OR x = +b (SQLite's own definition; constants carry no
+        # affinity, so the + changes nothing), but builds a lookup table on every run of
+        # its statement: in the rules index every write would pay it for every list.
+        return "(" + " OR ".join(f"{sql} = {value}" for value in listed) + ")"
 
     def infinity(self) -> str:
         return "9e999"

@@ -114,6 +114,7 @@ class SQLiteDialect(Dialect):
     name = "sqlite"
     param = "?"
     glances = True
+    indexes_rules = True
     # Without statistics the planner cannot choose between walking the claim order and
     # sorting the due records by the data: the store bounds the walk and falls back.
     # The bound costs a skip of that many index entries: about 3 us for 64.
@@ -280,6 +281,21 @@ class SQLiteStore(SQLStore[R]):
         if isinstance(error, sqlite3.OperationalError) and name in ("SQLITE_ERROR", ""):
             return SchemaMismatch(str(error), code=self.schema.error("schema_altered"))
         return StoreDamaged(str(error), code=self.schema.error("database_integrity"))
+
+    def ensure_rules_index(self) -> None:
+        """The partial index of the broken rows (``HealthQueries.rules_index``), and no
+        index of earlier rules: each costs every writer an evaluation of its rules."""
+        queries = self.rule_queries()
+        if queries.rules_index is None or queries.create_rules_index is None:
+            return
+        prefix = f"{self.schema.table}_rules_"
+        for (stale,) in self.run(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
+            " AND substr(name, 1, ?) = ? AND name <> ?",
+            (self.schema.table, len(prefix), prefix, queries.rules_index),
+        ):
+            self.run(f"DROP INDEX {self.dialect.quote(stale)}")
+        self.run(queries.create_rules_index)
 
     def integrity_problems(self, *, constraints: bool = True) -> list[str]:
         if constraints:

@@ -17,10 +17,19 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.monitor import CAPABILITIES, ReaderError, answer, every_table, notification, plant
+from support.monitor import (
+    CAPABILITIES,
+    TABLE,
+    ReaderError,
+    answer,
+    every_table,
+    notification,
+    plant,
+)
 from support.reference import require_reference
 
 import lifecycles.monitor as lifecycles_monitor
+from lifecycles.stores.sql_health import HealthQueries
 
 reference = require_reference("terminal_processing_monitor")
 CODE = "terminal_processing_monitor."
@@ -190,7 +199,9 @@ def test_both_create_the_same_schema(tmp_path: Path) -> None:
     schemas = {}
     for name, module in IMPLEMENTATIONS.items():
         connection = sqlite3.connect(tmp_path / f"{name}.db")
-        module.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
+        opened = module.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
+        if name == "lifecycles":
+            rules_index = opened.store.rule_queries().rules_index
         schemas[name] = {
             table: [tuple(c) for c in connection.execute(f"PRAGMA table_info({table})")]
             for (table,) in connection.execute(
@@ -202,10 +213,31 @@ def test_both_create_the_same_schema(tmp_path: Path) -> None:
                 "SELECT name, tbl_name FROM sqlite_master WHERE type = 'index' ORDER BY name"
             )
         ]
-    # lifecycles adds one index of its own, the partial claim-order index (issue 12).
-    claim_order = ("cms_source_terminal_processing_claim_order", "cms_source_terminal_processing")
-    schemas["lifecycles"]["indexes"].remove(claim_order)
+    # lifecycles adds two indexes of its own (issue 12): the partial claim-order index
+    # and the rules index (the rows breaking some rule).
+    for own in ("cms_source_terminal_processing_claim_order", rules_index):
+        schemas["lifecycles"]["indexes"].remove((own, "cms_source_terminal_processing"))
     assert schemas["lifecycles"] == schemas["reference"]
+
+
+def rules_index_name() -> str:
+    name = rules_queries().rules_index
+    assert name is not None
+    return name
+
+
+def rules_index_condition() -> str:
+    return rules_queries().broken_condition
+
+
+def rules_queries() -> HealthQueries:
+    """The monitor's rule statements on SQLite, as its store builds them."""
+    connection = sqlite3.connect(":memory:")
+    try:
+        store = lifecycles_monitor.DurableTerminalProcessingMonitor(connection, CAPABILITIES).store
+        return store.rule_queries()
+    finally:
+        connection.close()
 
 
 def drive(monitor: Any, first: int, now: float) -> list[Any]:
@@ -217,11 +249,12 @@ def drive(monitor: Any, first: int, now: float) -> list[Any]:
     return [claimed, as_tuple(outcome), as_tuple(monitor.health(now=now + 3))]
 
 
-def test_the_claim_order_index_does_not_keep_either_from_the_database(tmp_path: Path) -> None:
-    """lifecycles' partial claim-order index is ignored by the reference, which opens and
-    uses (register, claim, run_once, health) a database holding it; lifecycles adds it to
-    a database the reference created. Either order of openers answers the same."""
-    index = "cms_source_terminal_processing_claim_order"
+def test_the_lifecycles_indexes_do_not_keep_either_from_the_database(tmp_path: Path) -> None:
+    """lifecycles' partial claim-order and rules indexes are ignored by the reference,
+    which opens and uses (register, claim, run_once, health) a database holding them, its
+    writes keeping them current; lifecycles adds them to a database the reference
+    created. Either order of openers answers the same."""
+    own = {"cms_source_terminal_processing_claim_order", rules_index_name()}
     answers = {}
     ours, theirs = "lifecycles", "reference"
     for order in ([ours, theirs, ours], [theirs, ours, theirs]):
@@ -234,8 +267,14 @@ def test_the_claim_order_index_does_not_keep_either_from_the_database(tmp_path: 
             )
             answers[order[0]].append(drive(monitor, 10 * step, 100.0 * (step + 1)))
             indexes = {n for (n,) in connection.execute("SELECT name FROM sqlite_master")}
-            # Once lifecycles has opened the file the index is there, whoever opens it next.
-            assert (index in indexes) == ("lifecycles" in order[: step + 1]), (order, step)
+            # Once lifecycles has opened the file they are there, whoever opens it next.
+            held = own <= indexes if "lifecycles" in order[: step + 1] else not own & indexes
+            assert held, (order, step, indexes)
+            # The reference's rows are in the rules index exactly when they break a rule:
+            # none do.
+            assert tuple(connection.execute(
+                f"SELECT count(*) FROM {TABLE} WHERE {rules_index_condition()}"
+            ).fetchone()) == (0,)
             connection.close()
     assert answers["lifecycles"] == answers["reference"]
     assert all(claimed is not None for claimed, _, _ in answers["lifecycles"])
@@ -304,7 +343,7 @@ def test_one_database_shared_by_both_implementations_behaves_like_the_reference_
 # table (or replacing it with a version-1 one) crashes the reference with a raw
 # sqlite3.OperationalError: that difference is pinned in test_monitor_differences.py.
 
-TABLE, META = "cms_source_terminal_processing", "cms_source_terminal_processing_meta"
+META = "cms_source_terminal_processing_meta"
 SCHEMA_CHANGES: dict[str, list[str]] = {
     "add_column": [f"ALTER TABLE {TABLE} ADD COLUMN extra TEXT"],
     "rename_column": [f"ALTER TABLE {TABLE} RENAME COLUMN site_id TO site"],

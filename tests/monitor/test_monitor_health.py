@@ -153,15 +153,12 @@ def test_rules_without_an_sql_form_are_checked_by_reading_every_row(tmp_path: Pa
     store = SQLiteStore(REVIEW, connection)
     for index in range(3):
         store.insert(new_document(f"doc-{index}", now=0.0, deadline_seconds=100.0))
-    queries = store._health_queries
-    assert queries is None
     healthy = store.health(1.0)
     assert (healthy.total, healthy.broken, healthy.counts["submitted"]) == (3, 0, 3)
     # The example declares its invariants and one field rule as Python functions.
     assert set(healthy.python_only) == {
         "decision_known", *(rule.name for rule in REVIEW.invariants)
     }
-    assert store._health_queries is not None
     assert "token_syntax" not in healthy.python_only  # its expressed rules are in SQL
     connection.execute(f"UPDATE {store.schema.table} SET decision = 'approve'"
                        " WHERE doc_id = 'doc-1'")  # decision_matches_status, Python only

@@ -227,7 +227,12 @@ def agree(found: HealthQueries, run: Run, written: int) -> None:
     # The health statements, on this table.
     (aggregate,) = run(found.aggregate, (1000.0, 1000.0))
     assert aggregate[0] == written
-    assert (aggregate[1] or 0) == sum(1 for _, rules in reads if rules)
+    broken = sum(1 for _, rules in reads if rules)
+    assert (aggregate[1] or 0) == broken
+    if found.rules_index is not None:  # the table carries it: it holds exactly those rows
+        index = found.dialect.quote(found.rules_index)
+        assert run(f"SELECT count(*) FROM {TABLE} INDEXED BY {index}"
+                   f" WHERE {found.broken_condition}", ()) == [(broken,)]
     (per_rule,) = run(found.per_rule, ())
     names = [*found.field_rule_names, *found.invariant_names]
     assert {n: int(c) for n, c in zip(names, per_rule, strict=True) if c} == breaking
@@ -259,6 +264,9 @@ def sqlite_table(path: Path, typed: bool) -> sqlite3.Connection:
         for column in SCHEMA.columns
     )
     connection.execute(f"CREATE TABLE {TABLE} (id INTEGER PRIMARY KEY, {columns})")
+    create_index = queries(SQLiteDialect()).create_rules_index
+    assert create_index is not None
+    connection.execute(create_index)  # as the store does: the index must agree too
     return connection
 
 
