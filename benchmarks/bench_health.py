@@ -6,10 +6,10 @@
 N valid items (default 50,000) in every status, written straight into each file with
 ``executemany`` in one transaction: the reference (which loads every row and checks
 it in Python), lifecycles (integrity check, then one SQL statement of counts: the rows
-breaking a field rule or invariant from the rules index, which SQLite keeps as rows are
-written, the rest from the lease-order index), and, for where the time goes, lifecycles'
-two parts alone (``PRAGMA quick_check`` with the constraints it checks, and the counts). With ``--million``, lifecycles
-alone at 1,000,000 items (the reference would take about a minute).
+breaking a field rule or invariant from the rules indexes, which SQLite keeps as rows
+are written, the rest from the lease-order index), and, for where the time goes,
+lifecycles' two parts alone (``PRAGMA quick_check``, and the counts). With ``--million``,
+lifecycles alone at 1,000,000 items (the reference would take about a minute).
 Targets: lifecycles' health at 50k items <= 1/18 of the reference's; at 1M < 5 s.
 """
 

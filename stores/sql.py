@@ -95,9 +95,12 @@ class Dialect(ABC):
     #: cheap; where workers claim side by side with row locks, the transaction is better.
     glances: ClassVar[bool] = False
     #: Whether the store keeps a partial index of the rows breaking some rule
-    #: (``HealthQueries.rules_index``): cheap where the engine evaluates it only for
+    #: (``HealthQueries.rules_indexes``): cheap where the engine evaluates it only for
     #: the rows a statement writes.
     indexes_rules: ClassVar[bool] = False
+    #: Where it does: what names a row in any table (the rules indexes' statements join
+    #: on it, as a key column another program wrote may hold NULLs or duplicates).
+    row_id: ClassVar[str] = ""
 
     @abstractmethod
     def quote(self, identifier: str) -> str:

@@ -20,6 +20,7 @@ from lifecycles.invariants.core import (
     InvariantViolation,
     field_rules,
 )
+from lifecycles.invariants.expressions import Attr
 
 if TYPE_CHECKING:
     from lifecycles.machines.core import Lifecycle
@@ -159,15 +160,17 @@ class HealthQueries:
         def count_when(condition: str) -> str:
             return f"sum(CASE WHEN {condition} THEN 1 ELSE 0 END)"
 
+        key = quote(lifecycle.key_field)
         broken = f"(CASE WHEN {every_rule} THEN 0 ELSE 1 END) = 1"
         self.broken_condition = broken
-        """A row breaks some rule (NULL verdicts break), in the rules index's own text."""
-        self.rules_index: str | None = None
-        """The partial index of the rows breaking some rule (``None``: the dialect keeps
-        none): the database evaluates every rule as it writes a row, whoever writes it,
-        and health reads the broken rows from the index instead of every rule of every
-        row. Its name carries a digest of the rules: other rules, another index."""
-        self.create_rules_index: str | None = None
+        """A row breaks some rule (a NULL verdict breaks it too)."""
+        self.each_broken_row = ""
+        """A statement with one row per stored row breaking some rule."""
+        self.rules_indexes: dict[str, str] = {}
+        """The partial indexes of the rows breaking some rule, by name, with their
+        conditions (none where the dialect keeps none): the engine evaluates the rules as
+        any connection writes a row, and health reads the broken rows from the indexes
+        instead of every rule of every row. A name carries a digest of its rules."""
         statuses = [s.value for s in lifecycle.statuses]
         self.statuses = statuses
         lease = lifecycle.lease
@@ -176,23 +179,37 @@ class HealthQueries:
         if lease is not None:
             counted += [due_clause(d, lifecycle, _NOW), expired_clause(d, lifecycle, _NOW)]
         if d.indexes_rules and verdicts:
-            digest = hashlib.sha256(broken.encode()).hexdigest()[:12]
-            self.rules_index = f"{schema.table}_rules_{digest}"
-            self.create_rules_index = (
-                f"CREATE INDEX IF NOT EXISTS {quote(self.rules_index)} ON {table}"
-                f" ({quote(lifecycle.key_field)}) WHERE {broken}"
-            )
-            # 1. Each count from an index: the broken rows from the rules index (the
-            # planner matches its WHERE by text; without the index, the same statement
-            # scans and gives the same answer), the rest from the lease-order index.
-            counts = [f"(SELECT count(*) FROM {table} WHERE {c})" for c in [broken, *counted]]
+            for group in self._index_groups(fields, invariants):
+                condition = f"(CASE WHEN {' AND '.join(group)} THEN 0 ELSE 1 END) = 1"
+                digest = hashlib.sha256(condition.encode()).hexdigest()[:12]
+                self.rules_indexes[f"{schema.table}_rules_{digest}"] = condition
+            # The planner matches a partial index's WHERE by its text; without the index
+            # the same statement scans, and gives the same answer.
+            # Rows by the engine's own id: a key column may hold NULLs or duplicates in a
+            # table another program wrote.
+            row_id = d.row_id
+            self.each_broken_row = " UNION ".join(
+                f"SELECT {row_id} FROM {table} WHERE {c}" for c in self.rules_indexes.values())
+            where_broken = (next(iter(self.rules_indexes.values()))
+                            if len(self.rules_indexes) == 1 else
+                            f"{row_id} IN ({self.each_broken_row})")
+            # 1. Each count from an index: the broken rows from the rules indexes, the
+            # rest from the lease-order index.
+            counts = [f"(SELECT count(*) FROM ({self.each_broken_row}) AS broken)"] + [
+                f"(SELECT count(*) FROM {table} WHERE {c})" for c in counted]
             self.aggregate = f"SELECT (SELECT count(*) FROM {table}), {', '.join(counts)}"
         else:
+            self.each_broken_row = f"SELECT 1 FROM {table} WHERE {broken}"
+            where_broken = broken
             # 1. Every row, once: broken or not (every rule in one condition, which the
             # engine evaluates with short cuts), the statuses, the due and the expired.
             sums = [f"sum(CASE WHEN {every_rule} THEN 0 ELSE 1 END)"]
             sums += [count_when(condition) for condition in counted]
             self.aggregate = f"SELECT count(*), {', '.join(sums)} FROM {table}"
+        self.create_rules_indexes = [
+            f"CREATE INDEX IF NOT EXISTS {quote(name)} ON {table} ({key}) WHERE {condition}"
+            for name, condition in self.rules_indexes.items()
+        ]
 
         # 2. Only when some row is broken: the rows breaking each rule. A field rule's
         # verdict over its fields is computed once per row, in a subquery the planner
@@ -210,7 +227,7 @@ class HealthQueries:
         ]
         # Only the broken rows (from the rules index where there is one): every other
         # row holds every rule, and adds nothing to any count.
-        inner = (f"SELECT {', '.join(columns)} FROM {table} WHERE {broken}"
+        inner = (f"SELECT {', '.join(columns)} FROM {table} WHERE {where_broken}"
                  f"{self.renderer.keep_apart}")
         fields_hold = " AND ".join(f"{m} = 1" for m in marks) or "1 = 1"
         rule_sums = [f"sum(1 - {m})" for m in marks] + [
@@ -220,17 +237,40 @@ class HealthQueries:
         self.per_rule = f"SELECT {', '.join(rule_sums) or '0'} FROM ({inner}) AS checked"
 
         # 3. Only when some row is broken: the first broken rows, each rule's verdict.
-        key = quote(lifecycle.key_field)
         verdict_columns = "".join(f", CASE WHEN {v} THEN 1 ELSE 0 END" for v in verdicts)
         self.broken_rows = (
             f"SELECT {key}{verdict_columns} FROM {table}"
-            f" WHERE {broken} ORDER BY {key} LIMIT {BROKEN_ROWS_SHOWN}"
+            f" WHERE {where_broken} ORDER BY {key} LIMIT {BROKEN_ROWS_SHOWN}"
         )
         # With parameters, psycopg reads any other % as a placeholder (the other two
         # statements take none, and are sent as they are).
         if "%" in d.param:
             self.aggregate = self.aggregate.replace("%", "%%")
         self.aggregate = self.aggregate.replace(_NOW, d.param)
+
+    def _index_groups(
+        self, fields: list[FieldCheck], invariants: list[InvariantCheck]
+    ) -> list[list[str]]:
+        """The verdicts in one group per rules index: those reading a field some row
+        writes, and those reading only fields no row writes (an identity, a creation
+        time). An UPDATE makes the engine evaluate only the partial indexes whose
+        columns it sets, so the second group costs only inserts."""
+        lifecycle = self.lifecycle
+        written = {name for row in lifecycle.rows for name in lifecycle.writes(row)}
+
+        def read(check: FieldCheck | InvariantCheck) -> set[str]:
+            if isinstance(check, FieldCheck):
+                return {check.field}
+            expression = check.invariant.expression
+            assert expression is not None  # it has an SQL form
+            return {node.name for node in expression.nodes() if isinstance(node, Attr)}
+
+        changing: list[str] = []
+        fixed: list[str] = []
+        checks: list[FieldCheck | InvariantCheck] = [*fields, *invariants]
+        for check in checks:
+            (changing if read(check) & written else fixed).append(f"({check.sql})")
+        return [group for group in (changing, fixed) if group]
 
     def run(self, store: SQLStore[Any], fetch: Fetch, now: float) -> Health:
         """The storage engine's own check first; then every count in one statement, and

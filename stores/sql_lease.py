@@ -98,7 +98,12 @@ class LeaseStatements:
         # Where rows are locked, in claim order: recoveries running at once share the work.
         locked = f" ORDER BY {order}{d.skip_locked}" if d.skip_locked else ""
         listed_c = ", ".join(f"c.{quote(name)}" for name in schema.column_names)
-        counted = f"({count_due_capped})" if bounded else "0"
+        # Counted only when the walk found nothing: otherwise it is not needed, and it
+        # reads up to SORTED_AT_MOST + 1 index entries.
+        counted = (
+            f"CASE WHEN c.{quote(schema.lifecycle.key_field)} IS NULL"
+            f" THEN ({count_due_capped}) ELSE 0 END" if bounded else "0"
+        )
         return cls(
             due=bounded_walk,
             due_walk_all=walk,

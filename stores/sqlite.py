@@ -115,6 +115,7 @@ class SQLiteDialect(Dialect):
     param = "?"
     glances = True
     indexes_rules = True
+    row_id = "rowid"
     # Without statistics the planner cannot choose between walking the claim order and
     # sorting the due records by the data: the store bounds the walk and falls back.
     # The bound costs a skip of that many index entries: about 3 us for 64.
@@ -283,19 +284,18 @@ class SQLiteStore(SQLStore[R]):
         return StoreDamaged(str(error), code=self.schema.error("database_integrity"))
 
     def ensure_rules_index(self) -> None:
-        """The partial index of the broken rows (``HealthQueries.rules_index``), and no
-        index of earlier rules: each costs every writer an evaluation of its rules."""
+        """The partial indexes of the broken rows (``HealthQueries.rules_indexes``), and
+        none of earlier rules: each costs writers an evaluation of its rules."""
         queries = self.rule_queries()
-        if queries.rules_index is None or queries.create_rules_index is None:
-            return
         prefix = f"{self.schema.table}_rules_"
-        for (stale,) in self.run(
+        for (name,) in self.run(
             "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
-            " AND substr(name, 1, ?) = ? AND name <> ?",
-            (self.schema.table, len(prefix), prefix, queries.rules_index),
+            " AND substr(name, 1, ?) = ?", (self.schema.table, len(prefix), prefix),
         ):
-            self.run(f"DROP INDEX {self.dialect.quote(stale)}")
-        self.run(queries.create_rules_index)
+            if name not in queries.rules_indexes:
+                self.run(f"DROP INDEX {self.dialect.quote(name)}")
+        for statement in queries.create_rules_indexes:
+            self.run(statement)
 
     def integrity_problems(self, *, constraints: bool = True) -> list[str]:
         if constraints:
