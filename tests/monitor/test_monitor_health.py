@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.monitor import CAPABILITIES, TABLE, notification, table_dump
+from support.monitor import CAPABILITIES, TABLE, pending_items, table_dump
 
 from lifecycles.checker import import_target
 from lifecycles.monitor import DurableTerminalProcessingMonitor, StateInvalid, StorageBlocked
@@ -37,11 +37,7 @@ PLANTED: dict[str, tuple[str, Any]] = {
 
 
 def opened(path: Path, items: int = 12) -> DurableTerminalProcessingMonitor:
-    monitor = DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
-    for index in range(items):
-        value, sha = notification(index, event_id=f"e{index:02d}",
-                                  notification_id=f"n{index:02d}")
-        monitor.register(value, sha, now=10)
+    monitor: DurableTerminalProcessingMonitor = pending_items(path, items)
     return monitor
 
 

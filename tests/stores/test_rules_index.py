@@ -16,7 +16,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from support.monitor import CAPABILITIES, TABLE, notification, table_dump
+from support.monitor import CAPABILITIES, TABLE, pending_items, table_dump
 
 from lifecycles.monitor import DurableTerminalProcessingMonitor, StateInvalid
 from lifecycles.stores.sql_health import HealthQueries
@@ -25,11 +25,7 @@ PREFIX = f"{TABLE}_rules_"
 
 
 def opened(path: Path, items: int = 8) -> DurableTerminalProcessingMonitor:
-    monitor = DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
-    for index in range(items):
-        value, sha = notification(index, event_id=f"e{index:02d}",
-                                  notification_id=f"n{index:02d}")
-        monitor.register(value, sha, now=10)
+    monitor: DurableTerminalProcessingMonitor = pending_items(path, items)
     return monitor
 
 

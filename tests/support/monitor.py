@@ -94,6 +94,19 @@ def three_items(path: Path) -> Any:
     return monitor
 
 
+def pending_items(path: Path, items: int) -> Any:
+    """A monitor database at ``path`` with ``items`` pending items registered at 10,
+    event ids e00, e01... (notification ids n00...); returns the monitor, still open."""
+    from lifecycles.monitor import DurableTerminalProcessingMonitor
+
+    monitor = DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
+    for index in range(items):
+        value, sha = notification(index, event_id=f"e{index:02d}",
+                                  notification_id=f"n{index:02d}")
+        monitor.register(value, sha, now=10)
+    return monitor
+
+
 def table_dump(connection: sqlite3.Connection) -> list[tuple[Any, ...]]:
     """Every row of the monitor table and the meta table, to show nothing changed."""
     rows = [
