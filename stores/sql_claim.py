@@ -9,9 +9,10 @@ one statement does so here, from the declarations alone:
   the table's own functions called on symbolic arguments), rendered by the rules'
   renderer: the guards pick the record, the effect is the ``SET``;
 * every field rule and invariant, rendered the same way (as health renders them), is
-  the statement's last step, over the record as written: when some rule does not hold,
-  the statement fails with an error (a text that no integer reads), so the write is
-  undone before it commits, exactly where the Python path would refuse to write;
+  the statement's last step, over the record as it was and, for the rules reading a
+  field the claim writes (no other verdict can change), as written: when some rule does
+  not hold, the statement fails with an error (a text that no integer reads), so the
+  write is undone before it commits, exactly where the Python path would refuse to write;
 * the schema guards of any write outside a transaction (the catalogue as verified, the
   meta row) and "no lease has expired" (rescues come first, in the full protocol).
 
@@ -94,6 +95,9 @@ def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
     except NoSQLForm as why:
         return str(why)
     every_rule = health.every_rule
+    # The record as written differs from the record as it was only in the claim's
+    # fields: a rule reading none of them has the same verdict on both, given once.
+    written_rules = health.rules_reading(set(lifecycle.writes(next(iter(rows.values())))))
     if any(d.param in text for text in [every_rule, *guards, *assignments.values()]):
         return "a rule's SQL holds the parameter marker"  # it would be numbered as one
 
@@ -112,10 +116,11 @@ def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
     schema_as_verified = d.catalogue_guard(store.schema) + (f" AND {meta}" if meta else "")
     refused = f"CAST({d.literal(RULE_BROKEN)} || {key} AS integer)"
 
-    def holds(source: str) -> str:
-        """The rows of ``source``, the statement failing on one that breaks a rule (the
-        record as it was, as a read refuses it; the record as written, before commit)."""
-        return (f"(SELECT {columns}, CASE WHEN {every_rule} THEN 0 ELSE {refused} END"
+    def holds(source: str, rules: str) -> str:
+        """The rows of ``source``, the statement failing on one that breaks one of
+        ``rules`` (the record as it was, as a read refuses it; the record as written,
+        before commit)."""
+        return (f"(SELECT {columns}, CASE WHEN {rules} THEN 0 ELSE {refused} END"
                 f" AS verdict FROM {source})")
 
     sets = ", ".join(f"{quote(name)} = {value}" for name, value in assignments.items())
@@ -127,7 +132,8 @@ def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
         f" AND NOT EXISTS (SELECT 1 FROM {table} AS expired"
         f" WHERE {expired_clause(d, lifecycle, now, 'expired')})"
         f" AND {schema_as_verified} RETURNING {columns})"
-        f" SELECT before.*, written.* FROM {holds('was')} AS before, {holds('claimed')} AS written"
+        f" SELECT before.*, written.* FROM {holds('was', every_rule)} AS before,"
+        f" {holds('claimed', written_rules)} AS written"
     )
     sql, inputs = bind_inputs(statement, d.param)
     return ClaimInPlace(numbered(sql, d.param), inputs, len(store.schema.column_names))

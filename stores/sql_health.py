@@ -179,7 +179,7 @@ class HealthQueries:
         if lease is not None:
             counted += [due_clause(d, lifecycle, _NOW), expired_clause(d, lifecycle, _NOW)]
         if d.indexes_rules and verdicts:
-            for group in self._index_groups(fields, invariants):
+            for group in self._index_groups():
                 condition = f"(CASE WHEN {' AND '.join(group)} THEN 0 ELSE 1 END) = 1"
                 digest = hashlib.sha256(condition.encode()).hexdigest()[:12]
                 self.rules_indexes[f"{schema.table}_rules_{digest}"] = condition
@@ -248,28 +248,37 @@ class HealthQueries:
             self.aggregate = self.aggregate.replace("%", "%%")
         self.aggregate = self.aggregate.replace(_NOW, d.param)
 
-    def _index_groups(
-        self, fields: list[FieldCheck], invariants: list[InvariantCheck]
-    ) -> list[list[str]]:
+    @staticmethod
+    def _reads(check: FieldCheck | InvariantCheck) -> set[str]:
+        """The fields a rule's SQL form reads."""
+        if isinstance(check, FieldCheck):
+            return {check.field}
+        expression = check.invariant.expression
+        assert expression is not None  # it has an SQL form
+        return {node.name for node in expression.nodes() if isinstance(node, Attr)}
+
+    def _checks(self) -> list[FieldCheck | InvariantCheck]:
+        """Every rule with an SQL form, in ``every_rule``'s order."""
+        return [*(c for c in self.field_checks if c.sql is not None),
+                *(c for c in self.invariant_checks if c.sql is not None)]
+
+    def rules_reading(self, fields: set[str]) -> str:
+        """Every rule with an SQL form that reads one of ``fields``, as one condition: a
+        write that changes only ``fields`` can break no other."""
+        verdicts = [f"({c.sql})" for c in self._checks() if self._reads(c) & fields]
+        return " AND ".join(verdicts) or "1 = 1"
+
+    def _index_groups(self) -> list[list[str]]:
         """The verdicts in one group per rules index: those reading a field some row
         writes, and those reading only fields no row writes (an identity, a creation
         time). An UPDATE makes the engine evaluate only the partial indexes whose
         columns it sets, so the second group costs only inserts."""
         lifecycle = self.lifecycle
         written = {name for row in lifecycle.rows for name in lifecycle.writes(row)}
-
-        def read(check: FieldCheck | InvariantCheck) -> set[str]:
-            if isinstance(check, FieldCheck):
-                return {check.field}
-            expression = check.invariant.expression
-            assert expression is not None  # it has an SQL form
-            return {node.name for node in expression.nodes() if isinstance(node, Attr)}
-
         changing: list[str] = []
         fixed: list[str] = []
-        checks: list[FieldCheck | InvariantCheck] = [*fields, *invariants]
-        for check in checks:
-            (changing if read(check) & written else fixed).append(f"({check.sql})")
+        for check in self._checks():
+            (changing if self._reads(check) & written else fixed).append(f"({check.sql})")
         return [group for group in (changing, fixed) if group]
 
     def run(self, store: SQLStore[Any], fetch: Fetch, now: float) -> Health:

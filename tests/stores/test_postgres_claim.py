@@ -166,6 +166,25 @@ def test_a_record_broken_behind_the_stores_back_is_refused_as_on_sqlite(
     assert codes == ["terminal_processing_monitor.state_invalid"] * 2
 
 
+def test_a_record_as_written_breaking_a_rule_is_never_committed(pg_connect: Connect) -> None:
+    """A worker id the lease owner's token_syntax refuses (the facade refuses it first;
+    the store is called directly): the check of the record as written fails the
+    statement before it commits, and the protocol decides in Python."""
+    connection = pg_connect()
+    monitor = opened(connection, items=1)
+    plan = claim_in_place(monitor.store)
+    assert not isinstance(plan, str)
+    # The record as written is checked for the rules over the claim's fields only: the
+    # identity's rules are judged once, on the record as it was.
+    written_rules = plan.statement.split(" AS before, ")[1].split(" CASE WHEN ")[1]
+    written_rules = written_rules.split(" THEN 0 ELSE ")[0]
+    assert '"lease_owner"' in written_rules and '"notification_sha256"' not in written_rules
+    before = rows_of(connection)
+    inputs = MonitorInputs(now=20, policy=monitor.policy, worker_id="w 1", lease_token="t1")
+    assert monitor.store.claim_in_place(inputs) is lease.UNSETTLED
+    assert rows_of(connection) == before
+
+
 def test_the_statement_must_write_what_the_table_says(pg_connect: Connect) -> None:
     connection = pg_connect()
     monitor = opened(connection, items=1)
