@@ -172,6 +172,18 @@ def complete_params(
     )
 
 
+def drop_rules_indexes(connection: sqlite3.Connection) -> None:
+    """Drop lifecycles' rules indexes from a file a raw loop will use: it keeps no health,
+    so it must not pay for them (each write evaluates their rules)."""
+    names = [name for (name,) in connection.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE ?",
+        (f"{TABLE}_rules_%",))]
+    assert names, "lifecycles keeps rules indexes on SQLite"
+    for name in names:
+        connection.execute(f"DROP INDEX {name}")
+    connection.commit()
+
+
 class RawSQLite:
     """The floor on SQLite: claim through the claim-order index, read, complete."""
 
@@ -311,10 +323,12 @@ def wal_round(
         monitor = module.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
         items.fill(connection, count, "?")
         cycles[name] = monitor_cycle(monitor, receiver, now)
-    # The raw loop runs on lifecycles' schema (the same table and claim-order index).
+    # The raw loop runs on lifecycles' schema (the same table and claim-order index),
+    # without the rules indexes.
     path = directory / f"raw-{round_number}.db"
     setup = sqlite3.connect(path)
     lifecycles_monitor.DurableTerminalProcessingMonitor(setup, CAPABILITIES)
+    drop_rules_indexes(setup)
     setup.close()
     connection = wal_connection(path, autocommit=True)
     opened.append(connection)
