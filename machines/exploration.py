@@ -279,18 +279,30 @@ class Graph:
 
 class _Fired:
     """Collects the triggers of the rows fired during one move, and the last row fired
-    and record it made (the engine checked its invariants: the search need not again)."""
+    and record it made (the engine checked its invariants: the search need not again).
+
+    ``triggers`` is a frozenset shared by every move that fired the same ones (most fire
+    one row): the graph keeps it as it is, with no set built per attempt or per edge."""
+
+    NONE: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
-        self.triggers: set[str] = set()
+        self.triggers = self.NONE
         self.last: Any = None
         self.row: Row | None = None
+        self._with: dict[tuple[frozenset[str], str], frozenset[str]] = {}
 
     def attempted(self, lifecycle: Any, trigger: str, record: Any, inputs: Any) -> None:
         pass
 
     def fired(self, lifecycle: Any, row: Row, before: Any, after: Any) -> None:
-        self.triggers.add(row.trigger)
+        triggers, trigger = self.triggers, row.trigger
+        if trigger not in triggers:
+            key = (triggers, trigger)
+            found = self._with.get(key)
+            if found is None:
+                found = self._with[key] = triggers | {trigger}
+            self.triggers = found
         self.last = after
         self.row = row
 
@@ -406,10 +418,11 @@ def search(
             collided[key] = index
         else:
             seen[fingerprint] = index
+        status = lifecycle.status_of(node.record)
         if graph is not None:
-            graph.final.append(lifecycle.status_of(node.record) in lifecycle.final)
+            graph.final.append(status in lifecycle.final)
             graph.edges.append([])
-        result.statuses.add(str(lifecycle.status_of(node.record)))
+        result.statuses.add(str(status))
         return index
 
     # The moves that may start from each status (their triggers' sources), found once.
@@ -462,7 +475,7 @@ def search(
                     move for move in exploration.moves if status in sources[move.name])
             for move in moves:
                 for number, choice in enumerate(move.choices(record)):
-                    fired.triggers, fired.last = set(), None
+                    fired.triggers, fired.last = _Fired.NONE, None
                     try:
                         after = move.perform(fire, record, choice)
                     except TransitionRefused:
@@ -497,9 +510,9 @@ def search(
                             fingerprint)
                         queue.append(target)
                         result.depth = max(result.depth, node.depth + 1)
-                    if graph is not None:
+                    if graph is not None:  # another state's key: another record, unequal
                         graph.edges[index].append(
-                            (target, frozenset(fired.triggers), after != record))
+                            (target, fired.triggers, target != index or after != record))
                 if result.violation is not None:
                     break
     result.states = len(nodes)
