@@ -183,11 +183,11 @@ class TransitionObserver(Protocol):
 
     ``attempted`` is called when a trigger is tried on a record, before any guard
     runs; ``fired`` when a row's new record has passed every invariant. An observer that
-    evaluates every guard of :meth:`Lifecycle.guard_plan` may return their outcomes, in
-    its order: the engine then chooses the row from them, not running them again."""
+    evaluates every guard of :meth:`Lifecycle.guard_plan` may return their outcomes (the
+    bits after a leading 1, the first guard's highest): the engine chooses from those."""
 
     def attempted(self, lifecycle: Lifecycle[Any, Any], trigger: str, record: Any,
-                  inputs: Any) -> list[bool] | None: ...
+                  inputs: Any) -> int | None: ...
 
     def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None: ...
 
@@ -195,20 +195,20 @@ class TransitionObserver(Protocol):
 # --- the engine --------------------------------------------------------------
 
 
-# One row a trigger may fire out of a status, with the guard tests that must give
-# their targets (True for ``conditions``, False for ``unless``), in the table's order.
 Candidate = tuple[Row, tuple[tuple[Callable[[Any, Any], object], bool], ...]]
 
 
 class GuardPlan(NamedTuple):
-    """One (trigger, status), compiled once: the machine's candidate rows (select_row runs
-    them); every guard of those rows in table order, each row's conditions then unless, as
-    (name, test, outcome its row needs) (coverage evaluates them, blocking_guard reads
-    them); and each candidate's slice of those."""
+    """One (trigger, status), compiled once: the machine's candidate rows, each with the guard
+    tests that must give their targets (True for conditions, False for unless), which
+    select_row runs; all those guards in table order as (name, test, target), which coverage
+    evaluates and blocking_guard reads; as bits, ``wanted`` their targets and ``spans``
+    each candidate's (shift, mask, targets), to read outcomes an observer returned."""
 
     candidates: tuple[Candidate, ...]
     checks: tuple[tuple[str, Callable[[Any, Any], object], bool], ...]
-    spans: tuple[tuple[Row, int, int, list[bool]], ...]
+    spans: tuple[tuple[Row, int, int, int], ...]
+    wanted: int
 
 
 class _Adapter:
@@ -358,19 +358,19 @@ class Lifecycle(Generic[R, I]):
         decides (:meth:`select_row_by_trigger`), without its event objects and debug logs;
         on the outcomes an observer returned, when one evaluated them all (coverage)."""
         told = None
-        for observer in self._observers:  # an empty list (no guards) tells nothing
+        for observer in self._observers:  # None: it evaluated no guard
             told = observer.attempted(self, trigger, record, inputs) or told
         status = str(getattr(record, self.status_field))
         plan = self._dispatch.get((trigger, status)) or self.guard_plan(trigger, status)
         if not plan.candidates:
             raise TransitionRefused(trigger, status, guard=None, code=self.not_allowed_code)
-        if told is not None and len(told) == len(plan.checks):
-            for row, start, stop, targets in plan.spans:  # the candidates' checks, told
-                if told[start:stop] == targets:
+        if told is not None and told >> len(plan.checks) == 1:  # as many as the plan's
+            for row, shift, mask, wanted in plan.spans:  # the candidates' checks, told
+                if (told >> shift) & mask == wanted:
                     return row
-            raise self._refused(trigger, status, next(  # as blocking_guard finds it
-                (name for (name, _, target), seen in zip(plan.checks, told, strict=True)
-                 if seen is not target), None))
+            wrong = told ^ plan.wanted  # the first guard blocking, as blocking_guard finds it
+            raise self._refused(trigger, status, plan.checks[len(plan.checks)
+                                                             - wrong.bit_length()][0])
         for row, checks in plan.candidates:
             for test, target in checks:
                 if bool(test(record, inputs)) is not target:
@@ -389,14 +389,15 @@ class Lifecycle(Generic[R, I]):
                  tuple((getattr(condition.func, "test"), bool(condition.target))  # noqa: B009
                        for condition in transition.conditions))
                 for transition in (event.transitions.get(status, ()) if event else ()))
-            spans: list[tuple[Row, int, int, list[bool]]] = []
-            checks: list[tuple[str, Callable[[Any, Any], object], bool]] = []
-            for row, tests in candidates:  # the machine lists a row's conditions, then unless
-                spans.append((row, len(checks), len(checks) + len(tests), [t for _, t in tests]))
-                checks += [(name, *check) for name, check in
-                           zip((*row.conditions, *row.unless), tests, strict=True)]
-            plan = self._dispatch[trigger, status] = GuardPlan(
-                candidates, tuple(checks), tuple(spans))
+            checks = tuple((name, *check) for row, tests in candidates for name, check in
+                           zip((*row.conditions, *row.unless), tests, strict=True))
+            spans, at = [], len(checks)  # the machine lists a row's conditions, then unless
+            for row, tests in candidates:
+                at -= len(tests)
+                spans.append((row, at, (1 << len(tests)) - 1,  # outcomes as bits, first highest
+                              int("0" + "".join("01"[target] for _, target in tests), 2)))
+            plan = self._dispatch[trigger, status] = GuardPlan(candidates, checks, tuple(
+                spans), int("1" + "".join("01"[target] for *_, target in checks), 2))
         return plan
 
     def _refused(self, trigger: str, status: str, blocking: str | None) -> TransitionRefused:

@@ -37,7 +37,7 @@ class Coverage:
             self.guard_outcomes.setdefault(name, {True: 0, False: 0})
 
     def attempted(self, lifecycle: Lifecycle[Any, Any], trigger: str, record: Any,
-                  inputs: Any) -> list[bool] | None:
+                  inputs: Any) -> int | None:
         if lifecycle is not self.lifecycle:
             return None
         self.attempts += 1
@@ -47,11 +47,11 @@ class Coverage:
             plan = self._plans[key] = tuple(
                 (self.guard_outcomes.setdefault(name, {True: 0, False: 0}), test)
                 for name, test, _ in lifecycle.guard_plan(*key).checks)
-        told = []  # a list, appended to: cheaper than a tuple built per attempt
+        told = 1  # the outcomes as bits after a leading 1 (GuardPlan): an int, no list
         for counts, test in plan:
             outcome = bool(test(record, inputs))
             counts[outcome] += 1
-            told.append(outcome)
+            told += told + outcome
         return told
 
     def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None:
