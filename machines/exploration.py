@@ -329,6 +329,8 @@ def node_trace(nodes: list[Node[Any]], index: int) -> tuple[int, tuple[Step, ...
     return nodes[root].initial, tuple(steps)
 
 
+_UNKNOWN = object()  # not a key: no state's key in ``recent``
+
 RECENT_KEYS = 4096
 """States whose keys a search keeps at once (see ``recent`` in :func:`search`)."""
 
@@ -426,7 +428,7 @@ def search(
         return index
 
     # The moves that may start from each status (their triggers' sources), found once.
-    moves_from: dict[str, tuple[Move[R, Any], ...]] = {}
+    moves_from: dict[str, tuple[tuple[Move[R, Any], Callable[[Fire, R, Any], R]], ...]] = {}
     sources = {move.name: (moves_start_as or exploration).sources(move)
                for move in exploration.moves}
 
@@ -454,11 +456,13 @@ def search(
 
     repeats = Repeats(lifecycle, fired)
     fire, max_depth, max_states = repeats.fire, exploration.max_depth, exploration.max_states
+    none, edges, refusals = _Fired.NONE, 0, 0  # counted here, into result when it is read
     with lifecycle.observing(coverage), lifecycle.observing(fired):
         report_at = started + PROGRESS_AFTER
         while queue and result.violation is None:
             if progress is not None and time.perf_counter() >= report_at:
                 result.states, result.seconds = len(nodes), time.perf_counter() - started
+                result.edges, result.refusals = edges, refusals
                 progress(result)
                 report_at = time.perf_counter() + 1.0
             index = queue.popleft()
@@ -470,16 +474,18 @@ def search(
             repeats.start(record)
             status = str(lifecycle.status_of(record))
             moves = moves_from.get(status)
-            if moves is None:
+            if moves is None:  # a move's run, unless a subclass performs it otherwise
                 moves = moves_from[status] = tuple(
-                    move for move in exploration.moves if status in sources[move.name])
-            for move in moves:
+                    (move, move.run if type(move).perform is Move.perform else move.perform)
+                    for move in exploration.moves if status in sources[move.name])
+            out = graph.edges[index] if graph is not None else None
+            for move, perform in moves:
                 for number, choice in enumerate(move.choices(record)):
-                    fired.triggers, fired.last = _Fired.NONE, None
+                    fired.triggers, fired.last = none, None
                     try:
-                        after = move.perform(fire, record, choice)
+                        after = perform(fire, record, choice)
                     except TransitionRefused:
-                        result.refusals += 1
+                        refusals += 1
                         continue
                     except Exception as error:  # any other escape is a finding, not a crash
                         step = Step(move.name, number, move.describe_choice(record, choice))
@@ -487,7 +493,7 @@ def search(
                              error, f"{type(error).__name__}: {error}",
                              tuple(getattr(error, "rules", ())), index, step)
                         break
-                    result.edges += 1
+                    edges += 1
                     # A record the engine made passed its invariants there; any other (a
                     # move that wrote around the engine) is checked here.
                     broken = () if after is fired.last else tuple(
@@ -499,7 +505,9 @@ def search(
                         break
                     key = abstraction(after)
                     fingerprint = hash(key)
-                    target = find(key, fingerprint)
+                    target = seen.get(fingerprint)  # most edges: a state whose key is recent
+                    if target is None or recent.get(target, _UNKNOWN) != key:
+                        target = find(key, fingerprint)
                     if target is None:
                         if len(nodes) >= max_states:
                             result.truncated = True
@@ -510,12 +518,11 @@ def search(
                             fingerprint)
                         queue.append(target)
                         result.depth = max(result.depth, node.depth + 1)
-                    if graph is not None:  # another state's key: another record, unequal
-                        graph.edges[index].append(
-                            (target, fired.triggers, target != index or after != record))
+                    if out is not None:  # another state's key: another record, unequal
+                        out.append((target, fired.triggers, target != index or after != record))
                 if result.violation is not None:
                     break
-    result.states = len(nodes)
+    result.states, result.edges, result.refusals = len(nodes), edges, refusals
     result.seconds = time.perf_counter() - started
     if keep_records:
         result.records = [node.record for node in nodes]
