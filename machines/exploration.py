@@ -31,7 +31,7 @@ import importlib
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import attrs
 
@@ -277,25 +277,25 @@ class Graph:
     trace_to: Callable[[int], tuple[int, tuple[Step, ...]]] = lambda index: (0, ())
 
 
-class _Fired:
-    """Collects the triggers of the rows fired during one move, and the last row fired
-    and record it made (the engine checked its invariants: the search need not again).
+@attrs.define
+class _Fired(Coverage):
+    """The search's observer: its coverage, and what one move fired: the triggers of the
+    rows, the last row and the record it made (the engine checked its invariants: the
+    search need not again). One observer, so one call per attempt and per row fired.
 
     ``triggers`` is a frozenset shared by every move that fired the same ones (most fire
     one row): the graph keeps it as it is, with no set built per attempt or per edge."""
 
-    NONE: frozenset[str] = frozenset()
+    NONE: ClassVar[frozenset[str]] = frozenset()
 
-    def __init__(self) -> None:
-        self.triggers = self.NONE
-        self.last: Any = None
-        self.row: Row | None = None
-        self._with: dict[tuple[frozenset[str], str], frozenset[str]] = {}
+    triggers: frozenset[str] = attrs.field(default=NONE, init=False, repr=False)
+    last: Any = attrs.field(default=None, init=False, repr=False)
+    row: Row | None = attrs.field(default=None, init=False, repr=False)
+    _with: dict[tuple[frozenset[str], str], frozenset[str]] = attrs.field(
+        factory=dict, init=False, repr=False)
 
-    def attempted(self, lifecycle: Any, trigger: str, record: Any, inputs: Any) -> None:
-        pass
-
-    def fired(self, lifecycle: Any, row: Row, before: Any, after: Any) -> None:
+    def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None:
+        Coverage.fired(self, lifecycle, row, before, after)
         triggers, trigger = self.triggers, row.trigger
         if trigger not in triggers:
             key = (triggers, trigger)
@@ -374,8 +374,8 @@ def search(
     ``initial``: the numbers of the initial records searched from (default: all)."""
     lifecycle = exploration.lifecycle
     result = ExplorationResult(lifecycle.name)
-    coverage = Coverage(lifecycle)
-    result.coverage = coverage
+    fired = _Fired(lifecycle)
+    result.coverage = fired
     started = time.perf_counter()
     nodes: list[Node[R]] = []
     # Deduplication by fingerprint, as TLC and stateright do: ``seen`` maps the 64-bit
@@ -391,7 +391,6 @@ def search(
     abstraction = exploration.abstraction
     graph = Graph(trace_to=lambda index: node_trace(nodes, index)) if keep_graph else None
     result.graph = graph
-    fired = _Fired()
     queue: deque[int] = deque()
 
     # The keys of the states found lately (most edges lead to a few of them), so a hit is
@@ -457,7 +456,7 @@ def search(
     repeats = Repeats(lifecycle, fired)
     fire, max_depth, max_states = repeats.fire, exploration.max_depth, exploration.max_states
     none, edges, refusals = _Fired.NONE, 0, 0  # counted here, into result when it is read
-    with lifecycle.observing(coverage), lifecycle.observing(fired):
+    with lifecycle.observing(fired):
         report_at = started + PROGRESS_AFTER
         while queue and result.violation is None:
             if progress is not None and time.perf_counter() >= report_at:
