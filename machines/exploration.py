@@ -27,10 +27,13 @@ test code (:func:`strategy_in`): they are imported only when a generated test dr
 
 from __future__ import annotations
 
+import gc
 import importlib
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import attrs
@@ -337,6 +340,38 @@ RECENT_KEYS = 4096
 PROGRESS_AFTER = 2.0
 """Seconds into a search after which ``progress`` hears from it, about once a second."""
 
+YOUNG_OBJECTS = 20_000
+"""The garbage collector's first threshold while a search runs (CPython's is 700). A search
+makes many short-lived objects (records, refusals and their tracebacks) that counting frees,
+and keeps every state it finds: at 700 the collector ran every few states, and its older
+generations walked every kept state again. Restored when the last search running ends."""
+
+
+class _Collections:
+    """Raises the collector's first threshold while any search runs (threads included)."""
+
+    def __init__(self) -> None:
+        self.lock, self.running, self.found = threading.Lock(), 0, gc.get_threshold()
+
+    @contextmanager
+    def fewer(self) -> Iterator[None]:
+        with self.lock:
+            if self.running == 0:
+                self.found = gc.get_threshold()
+                if 0 < self.found[0] < YOUNG_OBJECTS:  # 0: automatic collection is off
+                    gc.set_threshold(YOUNG_OBJECTS, *self.found[1:])
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.running -= 1
+                if self.running == 0:
+                    gc.set_threshold(*self.found)
+
+
+_COLLECTIONS = _Collections()
+
 
 def explore(
     exploration: Exploration[R], *, keep_records: bool = False, keep_graph: bool = False,
@@ -456,7 +491,7 @@ def search(
     repeats = Repeats(lifecycle, fired)
     fire, max_depth, max_states = repeats.fire, exploration.max_depth, exploration.max_states
     none, edges, refusals = _Fired.NONE, 0, 0  # counted here, into result when it is read
-    with lifecycle.observing(fired):
+    with lifecycle.observing(fired), _COLLECTIONS.fewer():
         report_at = started + PROGRESS_AFTER
         while queue and result.violation is None:
             if progress is not None and time.perf_counter() >= report_at:
