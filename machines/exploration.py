@@ -342,7 +342,7 @@ PROGRESS_AFTER = 2.0
 
 YOUNG_OBJECTS = 20_000
 """The garbage collector's first threshold while a search runs (CPython's is 700). A search
-makes many short-lived objects (records, refusals and their tracebacks) that counting frees,
+makes many short-lived objects (records, refusals, tracebacks) that reference counts free,
 and keeps every state it finds: at 700 the collector ran every few states, and its older
 generations walked every kept state again. Restored when the last search running ends."""
 
