@@ -11,9 +11,10 @@ search fires each (trigger, inputs) once per state (:class:`~lifecycles.machines
 Repeats`): the engine's parts are timed on those distinct fires, as the search runs them.
 
 * ``choices``: each move's ``choices(record)`` (memoized), once per state and move;
-* ``moves``: every attempt as the search makes it (per state a Repeats fire, the Coverage
-  observer attached), per attempt; of which:
-  * ``select_row``: the table dispatch (every guard of the row it tries), per distinct fire;
+* ``moves``: every attempt as the search makes it (per state a Repeats fire, the search's
+  observer attached: its Coverage), per attempt; of which:
+  * ``select_row``: the table dispatch on the guard outcomes coverage hands it (as in the
+    search: it runs no guard itself), per distinct fire;
   * ``coverage``: the Coverage observer (every guard of every candidate row), per fire,
     repeats included (the observers see them);
   * ``apply_row``: the row's effect, the new record (changed fields validated), every
@@ -35,7 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lifecycles.machines.exploration import Coverage, Exploration, explore
+from lifecycles.machines.exploration import Coverage, Exploration, _Fired, explore
 from lifecycles.machines.memo import Repeats
 from lifecycles.machines.monitor_inputs import monitor_exploration
 
@@ -119,29 +120,33 @@ def breakdown(exploration: Exploration[Any], rounds: int) -> None:
         for move, record, _ in work:
             move.choices(record)
 
-    class Fired:  # the search's own observer (exploration._Fired)
-        row: Any = None
-
-        def attempted(self, *args: Any) -> None:
-            pass
-
-        def fired(self, lifecycle: Any, row: Any, before: Any, after: Any) -> None:
-            self.row = row
-
     def all_moves() -> None:
-        fired = Fired()
+        fired = _Fired(lifecycle)  # the search's own observer, its coverage
         repeats = Repeats(lifecycle, fired)
-        with lifecycle.observing(Coverage(lifecycle)), lifecycle.observing(fired):
+        with lifecycle.observing(fired):
             for listed in by_state.values():
                 repeats.start(listed[0][1])
                 for move, record, choice in listed:
                     attempt(move.perform, repeats.fire, record, choice)
 
-    def all_selects() -> None:
-        for trigger, record, inputs in distinct:
-            attempt(lifecycle.select_row, trigger, record, inputs)
-
     coverage = Coverage(lifecycle)
+    tolds = [coverage.attempted(lifecycle, *fire) for fire in distinct]
+
+    class Told:  # hands select_row the outcomes coverage found, as the search's observer
+        told: int | None = None
+
+        def attempted(self, *args: Any) -> int | None:
+            return self.told
+
+        def fired(self, *args: Any) -> None:
+            pass
+
+    def all_selects() -> None:
+        told = Told()
+        with lifecycle.observing(told):
+            for (trigger, record, inputs), told.told in zip(distinct, tolds, strict=True):
+                attempt(lifecycle.select_row, trigger, record, inputs)
+
 
     def all_coverage() -> None:
         for trigger, record, inputs in fires:

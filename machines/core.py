@@ -28,7 +28,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import attrs
 from transitions import Machine, MachineError
@@ -182,11 +182,12 @@ class TransitionObserver(Protocol):
     """Sees every firing of a lifecycle it observes (coverage, tracing); must not change it.
 
     ``attempted`` is called when a trigger is tried on a record, before any guard
-    runs; ``fired`` when a row's new record has passed every invariant.
-    """
+    runs; ``fired`` when a row's new record has passed every invariant. An observer that
+    evaluates every guard of :meth:`Lifecycle.guard_plan` may return their outcomes (the
+    bits after a leading 1, the first guard's highest): the engine chooses from those."""
 
     def attempted(self, lifecycle: Lifecycle[Any, Any], trigger: str, record: Any,
-                  inputs: Any) -> None: ...
+                  inputs: Any) -> int | None: ...
 
     def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None: ...
 
@@ -194,9 +195,20 @@ class TransitionObserver(Protocol):
 # --- the engine --------------------------------------------------------------
 
 
-# One row a trigger may fire out of a status, with the guard tests that must give
-# their targets (True for ``conditions``, False for ``unless``), in the table's order.
 Candidate = tuple[Row, tuple[tuple[Callable[[Any, Any], object], bool], ...]]
+
+
+class GuardPlan(NamedTuple):
+    """One (trigger, status), compiled once: the machine's candidate rows, each with the guard
+    tests that must give their targets (True for conditions, False for unless), which
+    select_row runs; all those guards in table order as (name, test, target), which coverage
+    evaluates and blocking_guard reads; as bits, ``wanted`` their targets and ``spans``
+    each candidate's (shift, mask, targets), to read outcomes an observer returned."""
+
+    candidates: tuple[Candidate, ...]
+    checks: tuple[tuple[str, Callable[[Any, Any], object], bool], ...]
+    spans: tuple[tuple[Row, int, int, int], ...]
+    wanted: int
 
 
 class _Adapter:
@@ -265,7 +277,7 @@ class Lifecycle(Generic[R, I]):
         )
         checks.run_definition_checks(self)
         self.machine = self._build_machine()
-        self._dispatch: dict[tuple[str, str], tuple[Candidate, ...]] = {}
+        self._dispatch: dict[tuple[str, str], GuardPlan] = {}
         self._evolve: Callable[[R, dict[str, Any]], R] = evolver(self.record_type)
         # apply_row's lookups, once: each effect's declared writes, each status's member.
         self._writes = {name: frozenset(e.writes) for name, e in self.effects.items()}
@@ -343,27 +355,52 @@ class Lifecycle(Generic[R, I]):
 
         It runs over the ``transitions`` machine's own transitions and conditions, compiled
         once per (trigger, status): the first row whose conditions hold, as ``Event.trigger``
-        decides (:meth:`select_row_by_trigger`), without its event objects and debug logs.
-        """
-        for observer in self._observers:
-            observer.attempted(self, trigger, record, inputs)
+        decides (:meth:`select_row_by_trigger`), without its event objects and debug logs;
+        on the outcomes an observer returned, when one evaluated them all (coverage)."""
+        told = None
+        for observer in self._observers:  # None: it evaluated no guard
+            told = observer.attempted(self, trigger, record, inputs) or told
         status = str(getattr(record, self.status_field))
-        key = (trigger, status)
-        candidates = self._dispatch.get(key)
-        if candidates is None:
-            candidates = self._dispatch[key] = self._compiled(trigger, status)
-        if not candidates:
+        plan = self._dispatch.get((trigger, status)) or self.guard_plan(trigger, status)
+        if not plan.candidates:
             raise TransitionRefused(trigger, status, guard=None, code=self.not_allowed_code)
-        for row, checks in candidates:
+        if told is not None and told >> len(plan.checks) == 1:  # as many as the plan's
+            for row, shift, mask, wanted in plan.spans:  # the candidates' checks, told
+                if (told >> shift) & mask == wanted:
+                    return row
+            wrong = told ^ plan.wanted  # the first guard blocking, as blocking_guard finds it
+            raise self._refused(trigger, status, plan.checks[len(plan.checks)
+                                                             - wrong.bit_length()][0])
+        for row, checks in plan.candidates:
             for test, target in checks:
                 if bool(test(record, inputs)) is not target:
                     break
             else:
                 return row
-        raise self._refusal(trigger, status, record, inputs)
+        raise self._refused(trigger, status, self.blocking_guard(trigger, record, inputs))
 
-    def _refusal(self, trigger: str, status: str, record: R, inputs: I) -> TransitionRefused:
-        blocking = self.blocking_guard(trigger, record, inputs)
+    def guard_plan(self, trigger: str, status: str) -> GuardPlan:
+        """The candidates and guards of ``trigger`` out of ``status`` (:class:`GuardPlan`)."""
+        plan = self._dispatch.get((trigger, status))
+        if plan is None:
+            event = self.machine.events.get(trigger)
+            candidates = tuple(
+                (next(callback.row for callback in transition.after if hasattr(callback, "row")),
+                 tuple((getattr(condition.func, "test"), bool(condition.target))  # noqa: B009
+                       for condition in transition.conditions))
+                for transition in (event.transitions.get(status, ()) if event else ()))
+            checks = tuple((name, *check) for row, tests in candidates for name, check in
+                           zip((*row.conditions, *row.unless), tests, strict=True))
+            spans, at = [], len(checks)  # the machine lists a row's conditions, then unless
+            for row, tests in candidates:
+                at -= len(tests)
+                spans.append((row, at, (1 << len(tests)) - 1,  # outcomes as bits, first highest
+                              int("0" + "".join("01"[target] for _, target in tests), 2)))
+            plan = self._dispatch[trigger, status] = GuardPlan(candidates, checks, tuple(
+                spans), int("1" + "".join("01"[target] for *_, target in checks), 2))
+        return plan
+
+    def _refused(self, trigger: str, status: str, blocking: str | None) -> TransitionRefused:
         code = self.guards[blocking].refusal_code if blocking else self.not_allowed_code
         return TransitionRefused(trigger, status, guard=blocking, code=code)
 
@@ -380,22 +417,8 @@ class Lifecycle(Generic[R, I]):
             raise TransitionRefused(trigger, str(status), guard=None,
                                     code=self.not_allowed_code) from None
         if not moved or adapter.fired is None:
-            raise self._refusal(trigger, str(status), record, inputs)
+            raise self._refused(trigger, str(status), self.blocking_guard(trigger, record, inputs))
         return adapter.fired
-
-    def _compiled(self, trigger: str, status: str) -> tuple[Candidate, ...]:
-        """The machine's transitions for ``trigger`` out of ``status``, as (row, checks)."""
-        event = self.machine.events.get(trigger)
-        if event is None:
-            return ()
-        return tuple(
-            (
-                next(callback.row for callback in transition.after if hasattr(callback, "row")),
-                tuple((getattr(condition.func, "test"), bool(condition.target))  # noqa: B009
-                      for condition in transition.conditions),
-            )
-            for transition in event.transitions.get(status, ())
-        )
 
     def fire(self, trigger: str, record: R, inputs: I) -> R:
         """Fire ``trigger`` on ``record``: the new record, or a refusal with nothing changed."""
@@ -424,13 +447,9 @@ class Lifecycle(Generic[R, I]):
 
     def blocking_guard(self, trigger: str, record: R, inputs: I) -> str | None:
         """The first guard that blocks the first row of ``trigger`` out of ``record``'s status."""
-        status = str(getattr(record, self.status_field))
-        for row in (row for row in self.rows if (row.trigger, row.source) == (trigger, status)):
-            for name, target in [(name, True) for name in row.conditions] + [
-                    (name, False) for name in row.unless]:
-                if bool(self.guards[name].test(record, inputs)) is not target:
-                    return name
-        return None
+        plan = self.guard_plan(trigger, str(getattr(record, self.status_field)))
+        return next((name for name, test, target in plan.checks
+                     if bool(test(record, inputs)) is not target), None)
 
     def writes(self, row: Row) -> tuple[str, ...]:
         """The fields a row writes: its status plus its effect's declared fields."""
@@ -440,27 +459,13 @@ class Lifecycle(Generic[R, I]):
     # -- the transitions machine ----------------------------------------------
 
     def _build_machine(self) -> Machine:
-        transitions = []
-        for row in self.rows:
-            transitions.append(
-                {
-                    "trigger": row.trigger,
-                    "source": row.source,
-                    "dest": row.dest,
-                    "conditions": [self._guard_callback(n) for n in row.conditions],
-                    "unless": [self._guard_callback(n) for n in row.unless],
-                    "after": [_mark_fired(row)],
-                }
-            )
-        return Machine(
-            model=None,
-            states=[status.value for status in self.statuses],
-            initial=self.initial.value,
-            transitions=transitions,
-            auto_transitions=False,
-            send_event=True,
-            ignore_invalid_triggers=False,
-        )
+        transitions = [{"trigger": row.trigger, "source": row.source, "dest": row.dest,
+                        "conditions": [self._guard_callback(n) for n in row.conditions],
+                        "unless": [self._guard_callback(n) for n in row.unless],
+                        "after": [_mark_fired(row)]} for row in self.rows]
+        return Machine(model=None, states=[status.value for status in self.statuses],
+                       initial=self.initial.value, transitions=transitions,
+                       auto_transitions=False, send_event=True, ignore_invalid_triggers=False)
 
     def _guard_callback(self, name: str) -> Callable[[Any], bool]:
         test = self.guards[name].test
@@ -470,7 +475,7 @@ class Lifecycle(Generic[R, I]):
             return bool(test(adapter.record, adapter.inputs))  # type: ignore[arg-type]
 
         evaluate.__name__ = name
-        evaluate.test = test  # type: ignore[attr-defined]  # read back by Lifecycle._compiled
+        evaluate.test = test  # type: ignore[attr-defined]  # read back by Lifecycle.guard_plan
         return evaluate
 
     def __repr__(self) -> str:
@@ -557,7 +562,7 @@ def _mark_fired(row: Row) -> Callable[[Any], None]:
     def mark(event: Any) -> None:
         event.model.fired = row
 
-    mark.row = row  # type: ignore[attr-defined]  # read back by Lifecycle._compiled
+    mark.row = row  # type: ignore[attr-defined]  # read back by Lifecycle.guard_plan
     return mark
 
 

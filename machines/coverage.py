@@ -17,17 +17,18 @@ class Coverage:
 
     An observer for :meth:`Lifecycle.observing`. On every attempt it evaluates every
     guard of every row the trigger could take from the record's status, so a guard's
-    truth table is recorded even when the engine short-circuits.
+    truth table is recorded even when the engine short-circuits; it hands the outcomes to
+    the engine, which chooses the row from them instead of running the guards again.
     """
 
     lifecycle: Lifecycle[Any, Any]
     row_fires: dict[Row, int] = attrs.field(factory=dict)
     guard_outcomes: dict[str, dict[bool, int]] = attrs.field(factory=dict)
     attempts: int = 0
-    # Per (trigger, status): each guard of each candidate row, in table order, with its
-    # test; found once instead of scanning the whole table on every attempt.
-    _plans: dict[tuple[str, str], tuple[tuple[str, Callable[[Any, Any], object]], ...]] = (
-        attrs.field(factory=dict, init=False, repr=False))
+    # Per (trigger, status): each guard of each candidate row, in table order (as
+    # Lifecycle.guard_plan lists them), as its counts and its test; found once.
+    _plans: dict[tuple[str, str], tuple[tuple[dict[bool, int], Callable[[Any, Any], object]],
+                                        ...]] = attrs.field(factory=dict, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         for row in self.lifecycle.rows:
@@ -36,20 +37,22 @@ class Coverage:
             self.guard_outcomes.setdefault(name, {True: 0, False: 0})
 
     def attempted(self, lifecycle: Lifecycle[Any, Any], trigger: str, record: Any,
-                  inputs: Any) -> None:
+                  inputs: Any) -> int | None:
         if lifecycle is not self.lifecycle:
-            return
+            return None
         self.attempts += 1
         key = (trigger, str(getattr(record, lifecycle.status_field)))
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = tuple(
-                (name, lifecycle.guards[name].test)
-                for row in lifecycle.rows if (row.trigger, row.source) == key
-                for name in (*row.conditions, *row.unless))
-        outcomes = self.guard_outcomes
-        for name, test in plan:
-            outcomes[name][bool(test(record, inputs))] += 1
+                (self.guard_outcomes.setdefault(name, {True: 0, False: 0}), test)
+                for name, test, _ in lifecycle.guard_plan(*key).checks)
+        told = 1  # the outcomes as bits after a leading 1 (GuardPlan): an int, no list
+        for counts, test in plan:
+            outcome = bool(test(record, inputs))
+            counts[outcome] += 1
+            told += told + outcome
+        return told
 
     def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None:
         if lifecycle is self.lifecycle:

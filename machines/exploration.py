@@ -27,11 +27,14 @@ test code (:func:`strategy_in`): they are imported only when a generated test dr
 
 from __future__ import annotations
 
+import gc
 import importlib
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import attrs
 
@@ -277,20 +280,32 @@ class Graph:
     trace_to: Callable[[int], tuple[int, tuple[Step, ...]]] = lambda index: (0, ())
 
 
-class _Fired:
-    """Collects the triggers of the rows fired during one move, and the last row fired
-    and record it made (the engine checked its invariants: the search need not again)."""
+@attrs.define
+class _Fired(Coverage):
+    """The search's observer: its coverage, and what one move fired: the triggers of the
+    rows, the last row and the record it made (the engine checked its invariants: the
+    search need not again). One observer, so one call per attempt and per row fired.
 
-    def __init__(self) -> None:
-        self.triggers: set[str] = set()
-        self.last: Any = None
-        self.row: Row | None = None
+    ``triggers`` is a frozenset shared by every move that fired the same ones (most fire
+    one row): the graph keeps it as it is, with no set built per attempt or per edge."""
 
-    def attempted(self, lifecycle: Any, trigger: str, record: Any, inputs: Any) -> None:
-        pass
+    NONE: ClassVar[frozenset[str]] = frozenset()
 
-    def fired(self, lifecycle: Any, row: Row, before: Any, after: Any) -> None:
-        self.triggers.add(row.trigger)
+    triggers: frozenset[str] = attrs.field(default=NONE, init=False, repr=False)
+    last: Any = attrs.field(default=None, init=False, repr=False)
+    row: Row | None = attrs.field(default=None, init=False, repr=False)
+    _with: dict[tuple[frozenset[str], str], frozenset[str]] = attrs.field(
+        factory=dict, init=False, repr=False)
+
+    def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None:
+        Coverage.fired(self, lifecycle, row, before, after)
+        triggers, trigger = self.triggers, row.trigger
+        if trigger not in triggers:
+            key = (triggers, trigger)
+            found = self._with.get(key)
+            if found is None:
+                found = self._with[key] = triggers | {trigger}
+            self.triggers = found
         self.last = after
         self.row = row
 
@@ -317,11 +332,45 @@ def node_trace(nodes: list[Node[Any]], index: int) -> tuple[int, tuple[Step, ...
     return nodes[root].initial, tuple(steps)
 
 
+_UNKNOWN = object()  # not a key: no state's key in ``recent``
+
 RECENT_KEYS = 4096
 """States whose keys a search keeps at once (see ``recent`` in :func:`search`)."""
 
 PROGRESS_AFTER = 2.0
 """Seconds into a search after which ``progress`` hears from it, about once a second."""
+
+YOUNG_OBJECTS = 20_000
+"""The garbage collector's first threshold while a search runs (CPython's is 700). A search
+makes many short-lived objects (records, refusals, tracebacks) that reference counts free,
+and keeps every state it finds: at 700 the collector ran every few states, and its older
+generations walked every kept state again. Restored when the last search running ends."""
+
+
+class _Collections:
+    """Raises the collector's first threshold while any search runs (threads included)."""
+
+    def __init__(self) -> None:
+        self.lock, self.running, self.found = threading.Lock(), 0, gc.get_threshold()
+
+    @contextmanager
+    def fewer(self) -> Iterator[None]:
+        with self.lock:
+            if self.running == 0:
+                self.found = gc.get_threshold()
+                if 0 < self.found[0] < YOUNG_OBJECTS:  # 0: automatic collection is off
+                    gc.set_threshold(YOUNG_OBJECTS, *self.found[1:])
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.running -= 1
+                if self.running == 0:
+                    gc.set_threshold(*self.found)
+
+
+_COLLECTIONS = _Collections()
 
 
 def explore(
@@ -360,8 +409,8 @@ def search(
     ``initial``: the numbers of the initial records searched from (default: all)."""
     lifecycle = exploration.lifecycle
     result = ExplorationResult(lifecycle.name)
-    coverage = Coverage(lifecycle)
-    result.coverage = coverage
+    fired = _Fired(lifecycle)
+    result.coverage = fired
     started = time.perf_counter()
     nodes: list[Node[R]] = []
     # Deduplication by fingerprint, as TLC and stateright do: ``seen`` maps the 64-bit
@@ -377,7 +426,6 @@ def search(
     abstraction = exploration.abstraction
     graph = Graph(trace_to=lambda index: node_trace(nodes, index)) if keep_graph else None
     result.graph = graph
-    fired = _Fired()
     queue: deque[int] = deque()
 
     # The keys of the states found lately (most edges lead to a few of them), so a hit is
@@ -406,14 +454,15 @@ def search(
             collided[key] = index
         else:
             seen[fingerprint] = index
+        status = lifecycle.status_of(node.record)
         if graph is not None:
-            graph.final.append(lifecycle.status_of(node.record) in lifecycle.final)
+            graph.final.append(status in lifecycle.final)
             graph.edges.append([])
-        result.statuses.add(str(lifecycle.status_of(node.record)))
+        result.statuses.add(str(status))
         return index
 
     # The moves that may start from each status (their triggers' sources), found once.
-    moves_from: dict[str, tuple[Move[R, Any], ...]] = {}
+    moves_from: dict[str, tuple[tuple[Move[R, Any], Callable[[Fire, R, Any], R]], ...]] = {}
     sources = {move.name: (moves_start_as or exploration).sources(move)
                for move in exploration.moves}
 
@@ -441,11 +490,13 @@ def search(
 
     repeats = Repeats(lifecycle, fired)
     fire, max_depth, max_states = repeats.fire, exploration.max_depth, exploration.max_states
-    with lifecycle.observing(coverage), lifecycle.observing(fired):
+    none, edges, refusals = _Fired.NONE, 0, 0  # counted here, into result when it is read
+    with lifecycle.observing(fired), _COLLECTIONS.fewer():
         report_at = started + PROGRESS_AFTER
         while queue and result.violation is None:
             if progress is not None and time.perf_counter() >= report_at:
                 result.states, result.seconds = len(nodes), time.perf_counter() - started
+                result.edges, result.refusals = edges, refusals
                 progress(result)
                 report_at = time.perf_counter() + 1.0
             index = queue.popleft()
@@ -457,16 +508,18 @@ def search(
             repeats.start(record)
             status = str(lifecycle.status_of(record))
             moves = moves_from.get(status)
-            if moves is None:
+            if moves is None:  # a move's run, unless a subclass performs it otherwise
                 moves = moves_from[status] = tuple(
-                    move for move in exploration.moves if status in sources[move.name])
-            for move in moves:
+                    (move, move.run if type(move).perform is Move.perform else move.perform)
+                    for move in exploration.moves if status in sources[move.name])
+            out = graph.edges[index] if graph is not None else None
+            for move, perform in moves:
                 for number, choice in enumerate(move.choices(record)):
-                    fired.triggers, fired.last = set(), None
+                    fired.triggers, fired.last = none, None
                     try:
-                        after = move.perform(fire, record, choice)
+                        after = perform(fire, record, choice)
                     except TransitionRefused:
-                        result.refusals += 1
+                        refusals += 1
                         continue
                     except Exception as error:  # any other escape is a finding, not a crash
                         step = Step(move.name, number, move.describe_choice(record, choice))
@@ -474,7 +527,7 @@ def search(
                              error, f"{type(error).__name__}: {error}",
                              tuple(getattr(error, "rules", ())), index, step)
                         break
-                    result.edges += 1
+                    edges += 1
                     # A record the engine made passed its invariants there; any other (a
                     # move that wrote around the engine) is checked here.
                     broken = () if after is fired.last else tuple(
@@ -486,7 +539,9 @@ def search(
                         break
                     key = abstraction(after)
                     fingerprint = hash(key)
-                    target = find(key, fingerprint)
+                    target = seen.get(fingerprint)  # most edges: a state whose key is recent
+                    if target is None or recent.get(target, _UNKNOWN) != key:
+                        target = find(key, fingerprint)
                     if target is None:
                         if len(nodes) >= max_states:
                             result.truncated = True
@@ -497,12 +552,11 @@ def search(
                             fingerprint)
                         queue.append(target)
                         result.depth = max(result.depth, node.depth + 1)
-                    if graph is not None:
-                        graph.edges[index].append(
-                            (target, frozenset(fired.triggers), after != record))
+                    if out is not None:  # another state's key: another record, unequal
+                        out.append((target, fired.triggers, target != index or after != record))
                 if result.violation is not None:
                     break
-    result.states = len(nodes)
+    result.states, result.edges, result.refusals = len(nodes), edges, refusals
     result.seconds = time.perf_counter() - started
     if keep_records:
         result.records = [node.record for node in nodes]

@@ -120,13 +120,15 @@ class Repeats:
 
     def fire(self, trigger: str, record: Any, inputs: Any) -> Any:
         lifecycle = self.lifecycle
-        if record is not self.record or not _by_value(inputs):
+        if record is not self.record:
             return lifecycle.fire(trigger, record, inputs)
         # Keyed on the inputs object (the entry holds it, so its id is not reused): a
         # declaration that makes equal inputs one object (the monitor's) has them found
-        # without hashing their value on every fire.
+        # without hashing their value on every fire. Only inputs by value have entries.
         entry = self.seen.get(id(inputs))
         if entry is None:
+            if not _by_value(inputs):
+                return lifecycle.fire(trigger, record, inputs)
             self.fired.row = None
             try:
                 after = lifecycle.fire(trigger, record, inputs)
