@@ -139,10 +139,13 @@ worker_id_rule = FieldRule.expressed(
 reader_rule = FieldRule("reader_callable", callable, meaning="a callable (event_id, site_id)")
 
 
+_STATUS_OF: dict[str, MonitorStatus] = {member.value: member for member in MonitorStatus}
+
+
 def _status(value: object) -> object:
     """Stored statuses are strings; a known one becomes the enum, anything else stays to fail."""
-    if isinstance(value, str) and value in MonitorStatus.__members__.values():
-        return MonitorStatus(value)
+    if isinstance(value, str):
+        return _STATUS_OF.get(value, value)  # a member is its own value: itself
     return value
 
 
