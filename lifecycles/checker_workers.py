@@ -4,6 +4,7 @@ with the shortest interleaving and written as a replay test."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,7 +55,7 @@ def check_workers(target: Target, exploration: Exploration[Any], trace_dir: Path
     declared = exploration.workers
     if declared is None:
         return None
-    result = explore_workers(exploration)
+    result = explore_workers(exploration, progress=_progress)
     say(f"  interleaved workers: {declared.bounds}")
     say(f"    explored: {result.states} states, {result.steps} steps ({result.refusals} "
         f"refused or nothing due), depth {result.depth}, {result.seconds:.2f} s"
@@ -78,6 +79,14 @@ def check_workers(target: Target, exploration: Exploration[Any], trace_dir: Path
                                          declared.count, declared.record_count)
         say(f"    replay: pytest {path}")
     return result
+
+
+def _progress(so_far: InterleavingResult) -> None:
+    """A line on stderr while a long interleaving search runs (stdout keeps the figures)."""
+    records = f"{so_far.records} record{'' if so_far.records == 1 else 's'}"
+    print(f"  ... {so_far.lifecycle}, {so_far.workers} workers x {records}: "
+          f"{so_far.states:,} states, {so_far.steps:,} steps, depth {so_far.depth}, "
+          f"{so_far.seconds:.0f} s", file=sys.stderr, flush=True)
 
 
 def write_interleaving_replay(directory: Path, spec: str, exploration: Exploration[Any],

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import attrs
 
 from lifecycles.invariants.core import InvariantViolation
+from lifecycles.machines import exploration as search
 from lifecycles.machines import lease
 from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
 from lifecycles.stores.memory import MemoryStore
@@ -442,10 +443,14 @@ def _step_of(model: _Model[R], world: World[R], action: tuple[str, str, int]
 
 
 def explore_workers(exploration: Exploration[R], workers: Workers[R] | None = None,
-                    start: World[R] | None = None) -> InterleavingResult:
+                    start: World[R] | None = None,
+                    progress: Callable[[InterleavingResult], None] | None = None,
+                    ) -> InterleavingResult:
     """Breadth-first search of every world the workers can reach (from ``start``,
     default the declared records, all due, every worker idle); the first property to
-    break is the finding, with the shortest interleaving to it."""
+    break is the finding, with the shortest interleaving to it. ``progress`` hears the
+    figures so far about once a second once the search has run
+    :data:`~lifecycles.machines.exploration.PROGRESS_AFTER` seconds."""
     declared = workers or exploration.workers
     if declared is None:
         raise ValueError(f"{exploration.lifecycle.name} declares no workers to explore")
@@ -469,7 +474,12 @@ def explore_workers(exploration: Exploration[R], workers: Workers[R] | None = No
             steps.append(step)
         return tuple(reversed(steps))
 
+    report_at = started + search.PROGRESS_AFTER  # read now: tests lower it
     while queue and result.finding is None:
+        if progress is not None and time.perf_counter() >= report_at:
+            result.states, result.seconds = len(worlds), time.perf_counter() - started
+            progress(result)
+            report_at = time.perf_counter() + 1.0
         index = queue.popleft()
         world = worlds[index]
         for action in model.actions(world):

@@ -84,6 +84,33 @@ def test_the_check_command_prints_progress_on_stderr_only(
     assert "... outbox:" in captured.err and "... outbox:" not in captured.out
 
 
+def test_a_long_interleaving_search_reports_its_progress(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lifecycles.machines import exploration as search
+    from lifecycles.machines.interleaving import explore_workers
+
+    monkeypatch.setattr(search, "PROGRESS_AFTER", 0.0)
+    heard: list[tuple[int, int]] = []
+    result = explore_workers(EXPLORATION,
+                             progress=lambda so_far: heard.append((so_far.states, so_far.steps)))
+    assert heard and heard[0][0] >= 1
+    assert all(states <= result.states and steps <= result.steps for states, steps in heard)
+    assert heard == sorted(heard)  # figures so far, never going back
+
+
+def test_the_check_command_prints_the_interleavings_progress_on_stderr_only(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lifecycles.machines import exploration as search
+
+    monkeypatch.setattr(search, "PROGRESS_AFTER", 0.0)
+    assert run_check(("monitor",)) == EXIT_OK
+    captured = capsys.readouterr()
+    line = "... monitor, 2 workers x 1 record:"
+    assert line in captured.err and line not in captured.out
+
+
 def test_a_declared_bound_without_a_rebound_is_refused() -> None:
     import attrs
 
