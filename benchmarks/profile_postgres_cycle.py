@@ -14,7 +14,8 @@ lifecycles' SQL alone, which no work on the Python side can go below. A fourth,
 meta rows) become conditions on their own parameters and the rule verdicts become 0
 (what statements doing the same work without lifecycles' checks would cost); adding
 the Python measured as ``lifecycles - statements`` to it says what the ratio could reach
-if every check in the SQL were free. With W workers on C
+if every check in the SQL were free. ``no guards`` and ``no verdicts`` cut one kind of
+check each, to say which costs what. With W workers on C
 cores and W >= C, throughput is bounded by CPU per cycle, so ``raw CPU / lifecycles
 CPU`` bounds bench_throughput.py's PostgreSQL ratio at 4 workers on 2 cores. Not a
 ``bench_*`` file: ``run.py`` does not run it.
@@ -116,23 +117,30 @@ VERDICT = re.compile(r", CASE WHEN .*? AS verdict")
 BROKEN = re.compile(r" OR \(CASE WHEN .*? THEN 0 ELSE 1 END\) = 1\)")
 
 
-def unchecked(statement: str) -> str:
-    """``statement`` without its schema guards and rule verdicts, its parameters kept."""
+def unchecked(statement: str, guards: bool = True, verdicts: bool = True) -> str:
+    """``statement`` without its schema guards and/or its rule verdicts, its parameters
+    kept."""
 
     def kept(text: str) -> str:
         return " AND " + " AND ".join(
             f"{marker}::text IS NOT NULL" for marker in re.findall(r"\$\d+", text))
 
-    cut = GUARD.sub(lambda match: kept(match.group(0)), statement)
-    cut = META.sub(lambda match: kept(match.group(0)), cut)
-    cut = VERDICT.sub(", 0 AS verdict", cut)
-    return BROKEN.sub(")", cut)
+    cut = statement
+    if guards:
+        cut = GUARD.sub(lambda match: kept(match.group(0)), cut)
+        cut = META.sub(lambda match: kept(match.group(0)), cut)
+    if verdicts:
+        cut = VERDICT.sub(", 0 AS verdict", cut)
+        cut = BROKEN.sub(")", cut)
+    return cut
 
 
-def without_checks(cycles: list[Sent]) -> list[Sent]:
-    cut = [[(unchecked(query), params, numbered) for query, params, numbered in sent]
-           for sent in cycles]
-    if any(GUARD.search(query) or META.search(query) or "THEN 0 ELSE" in query
+def without_checks(cycles: list[Sent], guards: bool = True, verdicts: bool = True,
+                   ) -> list[Sent]:
+    cut = [[(unchecked(query, guards, verdicts), params, numbered)
+            for query, params, numbered in sent] for sent in cycles]
+    if any((guards and (GUARD.search(query) or META.search(query)))
+           or (verdicts and "THEN 0 ELSE" in query)
            for sent in cut for query, _, _ in sent) or cut == cycles:
         raise SystemExit("the statements changed shape: update unchecked()")
     return cut
@@ -149,6 +157,10 @@ def drain(connection: Any, kind: str, items: Items, count: int,
         cycle = replay(connection, statements)
     elif kind == "unchecked":
         cycle = replay(connection, without_checks(statements))
+    elif kind == "no guards":
+        cycle = replay(connection, without_checks(statements, verdicts=False))
+    elif kind == "no verdicts":
+        cycle = replay(connection, without_checks(statements, guards=False))
     else:
         monitor = DurableTerminalProcessingMonitor(connection, CAPABILITIES)
         cycle = monitor_cycle(monitor, receiver, now)
@@ -171,7 +183,7 @@ def main() -> int:
     args = parser.parse_args()
     schema = f"lc_profile_{secrets.token_hex(6)}"
     items, receiver = Items(args.items), Receiver(args.items)
-    kinds = ("lifecycles", "statements", "unchecked", "raw")
+    kinds = ("lifecycles", "statements", "no guards", "no verdicts", "unchecked", "raw")
     figures: dict[str, list[tuple[float, float, float]]] = {kind: [] for kind in kinds}
     try:
         with connect(args.dsn, connect_timeout=5) as admin:
