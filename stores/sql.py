@@ -266,7 +266,7 @@ class SQLStore(Store[R], ABC):
         with self.transaction():
             self.lock_schema()
             self.schema.ensure(self)
-            self.ensure_rules_index()
+            self.ensure_rules_indexes()
             probed = self.run(*self._probe_statement)
             self._remember_probe(self.dialect.read_probe(self.schema, probed))
         self._verified = True
@@ -309,8 +309,8 @@ class SQLStore(Store[R], ABC):
             code=self.schema.error("transaction_nested"),
         )
 
-    def ensure_rules_index(self) -> None:
-        """Create the rules index where the dialect keeps one (see the subclasses)."""
+    def ensure_rules_indexes(self) -> None:
+        """Create the rules indexes where the dialect keeps them (see the subclasses)."""
 
     def lock_schema(self) -> None:
         """Serialise schema creation between stores opening at once (the transaction

@@ -184,9 +184,8 @@ class HealthQueries:
                 digest = hashlib.sha256(condition.encode()).hexdigest()[:12]
                 self.rules_indexes[f"{schema.table}_rules_{digest}"] = condition
             # The planner matches a partial index's WHERE by its text; without the index
-            # the same statement scans, and gives the same answer.
-            # Rows by the engine's own id: a key column may hold NULLs or duplicates in a
-            # table another program wrote.
+            # the same statement scans, and gives the same answer. Rows go by the engine's
+            # own id: a key column another program wrote may hold NULLs or duplicates.
             row_id = d.row_id
             self.each_broken_row = " UNION ".join(
                 f"SELECT {row_id} FROM {table} WHERE {c}" for c in self.rules_indexes.values())

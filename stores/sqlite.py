@@ -283,7 +283,7 @@ class SQLiteStore(SQLStore[R]):
             return SchemaMismatch(str(error), code=self.schema.error("schema_altered"))
         return StoreDamaged(str(error), code=self.schema.error("database_integrity"))
 
-    def ensure_rules_index(self) -> None:
+    def ensure_rules_indexes(self) -> None:
         """The partial indexes of the broken rows (``HealthQueries.rules_indexes``), and
         none of earlier rules: each costs writers an evaluation of its rules."""
         queries = self.rule_queries()
