@@ -52,7 +52,8 @@ exit codes:
        bound_invalid         a --bound that does not parse, that no lifecycle checked
                              declares, or that its exploration refuses; --workers or
                              --records out of range, or with no lifecycle declaring
-                             workers
+                             workers; LIFECYCLES_CHECK_PROCESSES not a whole
+                             number of at least 1
 
 With --json, stdout is one JSON object: the error above, or the outcome
 {"ok": ..., "lifecycles": [...], "snapshot": ..., "warnings": [...], "seconds": ...}.
@@ -225,10 +226,15 @@ the split is slower."""
 
 
 def _processes() -> int:
+    """The processes :data:`PROCESSES` allows; ``bound_invalid`` for a value that is not a
+    whole number of at least 1 (unset or empty: the CPUs)."""
     declared = os.environ.get(PROCESSES, "").strip()
-    if declared.isdigit():
-        return max(1, int(declared))
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    if not declared:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    if not declared.isdigit() or int(declared) < 1:
+        raise CheckerError("bound_invalid", f"{PROCESSES}={declared!r}: write a whole number of "
+                           "processes, at least 1 (1 searches on one core), or leave it unset")
+    return int(declared)
 
 
 def _explore(target: Target, exploration: AnyExploration) -> ExplorationResult:
@@ -507,6 +513,7 @@ def _run(names: Sequence[str], modules: Sequence[str], snapshot_path: Path | Non
     elif not record and path is not None and not path.is_file():
         warnings.append(f"status snapshot {path} does not exist; removed statuses cannot be "
                         "detected — pass an existing --statuses FILE or run --record-statuses")
+    _processes()  # a wrong setting is refused before any search runs
     chosen = sized(rebound(targets(names, modules), bounds), workers, records)
     human = io.StringIO() if as_json else out  # --json: one JSON object, nothing else
     outcomes = [check_one(t, snapshot, path, trace_dir, human, mutants) for t in chosen]

@@ -71,6 +71,18 @@ def test_the_check_searched_in_two_processes_prints_what_the_serial_one_prints(
     assert serial[0][0] == 0 and serial[1][0] == 1
 
 
+@pytest.mark.parametrize("setting", ["two", "0", "-1", "1.5"])
+def test_a_processes_setting_that_is_no_count_is_refused_before_any_search(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str) -> None:
+    monkeypatch.setenv("LIFECYCLES_CHECK_PROCESSES", setting)
+    out, err = io.StringIO(), io.StringIO()
+    code = run_check(("outbox",), trace_dir=tmp_path, out=out, err=err, as_json=True)
+    assert code == 2
+    assert json.loads(out.getvalue())["error"] == "bound_invalid"
+    assert "LIFECYCLES_CHECK_PROCESSES" in err.getvalue()
+    assert list(tmp_path.iterdir()) == []  # no search ran, no replay file written
+
+
 def test_monitor_exploration_reaches_every_row_and_status_without_violation() -> None:
     result = explore(EXPLORATION)
     assert result.violation is None
