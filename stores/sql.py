@@ -12,11 +12,10 @@ types and codecs, the cheap schema probe) and a few driver hooks on the subclass
 open the outermost transaction, what a driver exception means.
 
 The schema object is passed in by the caller. :class:`SQLSchema`
-(:mod:`lifecycles.stores.sql_schema`) derives the table
-from the record class; a lifecycle that must keep an exact, pre-existing schema
-(the monitor's reference schema, in ``lifecycles/monitor_schema.py``) gives it a
-:class:`SchemaBinding`: its own DDL and migration, and a meta table whose rows bind
-the database to something (a capabilities hash). This module knows no lifecycle.
+(:mod:`lifecycles.stores.sql_schema`) derives the table from the record class; a
+lifecycle that must keep an exact, pre-existing schema (the monitor's) gives it a
+:class:`SchemaBinding`: its own DDL and migration, and a meta table whose rows bind the
+database to something (a capabilities hash). This module knows no lifecycle.
 
 The schema is created, migrated and verified once, when the store is built; then
 every outermost transaction starts with one cheap probe (and :meth:`check_schema`
@@ -66,7 +65,6 @@ __all__ = [
 SCAN_PAGE = 500
 
 
-
 # --- dialects ------------------------------------------------------------------------
 
 
@@ -94,12 +92,9 @@ class Dialect(ABC):
     #: where writers serialise on the whole database anyway, a lost race is rare and
     #: cheap; where workers claim side by side with row locks, the transaction is better.
     glances: ClassVar[bool] = False
-    #: Whether the store keeps a partial index of the rows breaking some rule
-    #: (``HealthQueries.rules_indexes``): cheap where the engine evaluates it only for
-    #: the rows a statement writes.
+    #: Whether the store keeps partial indexes of the rows breaking a rule, and what
+    #: names a row in any table then (``HealthQueries.rules_indexes``).
     indexes_rules: ClassVar[bool] = False
-    #: Where it does: what names a row in any table (the rules indexes' statements join
-    #: on it, as a key column another program wrote may hold NULLs or duplicates).
     row_id: ClassVar[str] = ""
 
     @abstractmethod
@@ -212,14 +207,13 @@ class Dialect(ABC):
         return f"{self.quote(lifecycle.status_field)} IN ({statuses})"
 
     def due_range_hint(self, schema: SQLSchema) -> str:
-        """Appended to the table in the due-time range query: where the planner needs
-        telling, the lease-order index (status, due time, claim order)."""
+        """Appended to the table in the due-time range query: the lease-order index, where
+        the planner needs telling."""
         return ""
 
     def likely(self, clause: str) -> str:
-        """``clause`` marked as true for most rows, where the planner takes such a hint: the
-        claim's filters, so that a claim walks the claim-order index to the first due
-        record rather than sorting every due record found through the lease-order index."""
+        """``clause`` marked as true for most rows, where the planner takes such a hint: a
+        claim then walks the claim-order index instead of sorting every due record."""
         return clause
 
     def select_all(self, table: str, columns: Sequence[Column]) -> str:
@@ -294,10 +288,9 @@ class SQLStore(Store[R], ABC):
     def tables_present(self, names: Sequence[str]) -> set[str]: ...
 
     def alone(self, statement: str, params: Sequence[Any]) -> int:
-        """Run one writing statement as a transaction of its own (committed, as durable as
-        any transaction, when it returns); how many rows it changed. The default opens a
-        store transaction around it; a driver that can autocommit one statement saves
-        the ``BEGIN``, the probe and the ``COMMIT``."""
+        """Run one writing statement as a transaction of its own, committed when it returns;
+        how many rows it changed. A driver that autocommits one statement saves the
+        ``BEGIN``, the probe and the ``COMMIT`` of this default."""
         with self.transaction():
             return self.change(statement, params)
 

@@ -15,80 +15,32 @@ record classes whose validators each judge one value: it must give what
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.dispatch import decided, every_lifecycle, firings_asked
 from support.monitor import registered as monitor_record
 
 from lifecycles.invariants.core import FieldRule, FieldRuleViolation, field_rules
 from lifecycles.invariants.monitor import COLUMNS, MonitorRecord
-from lifecycles.loading import find_exploration
-from lifecycles.machines.core import Lifecycle, Row, TransitionRefused, evolver
-from lifecycles.registry import registered
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # examples/ imports as from a clone's root
+from lifecycles.machines.core import Lifecycle, evolver
 
 DEPTH = 3
 
 
-def lifecycles() -> list[Lifecycle[Any, Any]]:
-    from examples.review.lifecycle import REVIEW
-
-    return [*registered().values(), REVIEW]
-
-
-def decided(lifecycle: Lifecycle[Any, Any], select: Any, trigger: str, record: Any,
-            inputs: Any) -> Row | tuple[str, str | None]:
-    try:
-        row: Row = select(trigger, record, inputs)
-        return row
-    except TransitionRefused as refusal:
-        return (refusal.code, refusal.guard)
-
-
-@pytest.mark.parametrize("lifecycle", lifecycles(), ids=lambda lifecycle: lifecycle.name)
+@pytest.mark.parametrize("lifecycle", every_lifecycle(), ids=lambda lifecycle: lifecycle.name)
 def test_select_row_decides_as_transitions_event_trigger(lifecycle: Lifecycle[Any, Any]) -> None:
-    found = find_exploration(lifecycle)
-    assert found is not None
-    exploration = found[0]
     triggers = sorted({row.trigger for row in lifecycle.rows})
     compared = 0
-    frontier = list(exploration.initial())
-    seen: set[Any] = set()
-    for _ in range(DEPTH):
-        reached: list[Any] = []
-        for record in frontier:
-            if exploration.abstraction(record) in seen:
-                continue
-            seen.add(exploration.abstraction(record))
-            for move in exploration.moves:
-                for choice in move.choices(record):
-                    asked: list[tuple[str, Any, Any]] = []
-
-                    def fire(trigger: str, current: Any, inputs: Any,
-                             asked: list[tuple[str, Any, Any]] = asked) -> Any:
-                        asked.append((trigger, current, inputs))
-                        return lifecycle.fire(trigger, current, inputs)
-
-                    # A refusal or a broken record ends the move; what it asked is compared anyway.
-                    with contextlib.suppress(Exception):
-                        reached.append(move.perform(fire, record, choice))
-                    for _trigger, current, inputs in asked:
-                        for trigger in triggers:  # every trigger, with inputs really fired
-                            fast = decided(lifecycle, lifecycle.select_row, trigger, current,
-                                           inputs)
-                            slow = decided(lifecycle, lifecycle.select_row_by_trigger,
-                                           trigger, current, inputs)
-                            assert fast == slow, (trigger, current, inputs)
-                            compared += 1
-        frontier = reached
+    for current, inputs in firings_asked(lifecycle, DEPTH):
+        for trigger in triggers:  # every trigger, with inputs really fired
+            fast = decided(lifecycle.select_row, trigger, current, inputs)
+            slow = decided(lifecycle.select_row_by_trigger, trigger, current, inputs)
+            assert fast == slow, (trigger, current, inputs)
+            compared += 1
     assert compared > 100  # the walk really compared something
 
 
