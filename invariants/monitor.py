@@ -144,9 +144,7 @@ _STATUS_OF: dict[str, MonitorStatus] = {member.value: member for member in Monit
 
 def _status(value: object) -> object:
     """Stored statuses are strings; a known one becomes the enum, anything else stays to fail."""
-    if isinstance(value, str):
-        return _STATUS_OF.get(value, value)  # a member is its own value: itself
-    return value
+    return _STATUS_OF.get(value, value) if isinstance(value, str) else value
 
 
 @attrs.frozen(slots=True)
