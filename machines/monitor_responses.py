@@ -37,12 +37,12 @@ def progress_responses(r: MonitorRecord) -> list[tuple[str, object]]:
     return [
         ("pending", receiver_answer(r)),
         ("leased", receiver_answer(r, processing_status="leased", attempts=1,
-                           lease_expires_at=LEASE_AT_RECEIVER)),
+                                   lease_expires_at=LEASE_AT_RECEIVER)),
         ("leased, lease expired", receiver_answer(r, processing_status="leased", attempts=1,
-                                          lease_expires_at=LEASE_AT_RECEIVER,
-                                          lease_expired=True)),
+                                                  lease_expires_at=LEASE_AT_RECEIVER,
+                                                  lease_expired=True)),
         ("retry_wait with error", receiver_answer(r, processing_status="retry_wait", attempts=2,
-                                          last_error_code="cms.receiver_busy")),
+                                                  last_error_code="cms.receiver_busy")),
         # The reference's defect: parses, but breaks
         # receiver_error_iff_receiver_waiting_or_failed.
         ("retry_wait without error",
@@ -53,16 +53,16 @@ def progress_responses(r: MonitorRecord) -> list[tuple[str, object]]:
 def success_responses(r: MonitorRecord) -> list[tuple[str, object]]:
     return [
         ("succeeded", receiver_answer(r, processing_status="succeeded", attempts=1,
-                              processed_at=START + 5.0)),
+                                      processed_at=START + 5.0)),
         ("error code on success", receiver_answer(r, processing_status="succeeded", attempts=1,
-                                          processed_at=START, last_error_code="cms.oops")),
+                                                  processed_at=START, last_error_code="cms.oops")),
     ]
 
 
 def failure_responses(r: MonitorRecord) -> list[tuple[str, object]]:
     return [
         ("failed with error", receiver_answer(r, processing_status="failed", attempts=5,
-                                      last_error_code="cms.publication_failed")),
+                                              last_error_code="cms.publication_failed")),
         # The reference's defect again, on the failed side.
         ("failed without error", receiver_answer(r, processing_status="failed", attempts=5)),
     ]
