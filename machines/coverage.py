@@ -3,7 +3,7 @@ coverage, and the generated tests' (:class:`Coverage`, an engine observer)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -59,13 +59,18 @@ class Coverage:
             self.row_fires[row] = self.row_fires.get(row, 0) + 1
 
     def merge(self, other: Coverage) -> None:
-        for row, count in other.row_fires.items():
+        self.add(other.row_fires, other.attempts, other.guard_outcomes)
+
+    def add(self, row_fires: Mapping[Row, int], attempts: int,
+            guard_outcomes: Mapping[str, Mapping[bool, int]]) -> None:
+        """Add counts found elsewhere (another coverage, or a search in another process)."""
+        for row, count in row_fires.items():
             self.row_fires[row] = self.row_fires.get(row, 0) + count
-        for name, outcomes in other.guard_outcomes.items():
+        for name, outcomes in guard_outcomes.items():
             mine = self.guard_outcomes.setdefault(name, {True: 0, False: 0})
             for outcome, count in outcomes.items():
                 mine[outcome] += count
-        self.attempts += other.attempts
+        self.attempts += attempts
 
     @property
     def unfired_rows(self) -> list[Row]:

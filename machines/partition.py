@@ -262,13 +262,8 @@ def _merged(exploration: Exploration[Any], parts: list[Part], started: float, *,
         result.refusals += part.result.refusals
         result.depth = max(result.depth, part.result.depth)
         result.statuses |= part.result.statuses
-        for row, fired in zip(lifecycle.rows, part.fires, strict=True):
-            coverage.row_fires[row] += fired
-        coverage.attempts += part.attempts
-        for name, seen in part.outcomes.items():
-            mine = coverage.guard_outcomes.setdefault(name, {True: 0, False: 0})
-            for outcome, times in seen.items():
-                mine[outcome] += times
+        coverage.add(dict(zip(lifecycle.rows, part.fires, strict=True)), part.attempts,
+                     part.outcomes)
     result.states = len(nodes)
     if keep_graph:
         result.graph = Graph(
