@@ -161,9 +161,7 @@ class HealthQueries:
             return f"sum(CASE WHEN {condition} THEN 1 ELSE 0 END)"
 
         key = quote(lifecycle.key_field)
-        broken = f"(CASE WHEN {every_rule} THEN 0 ELSE 1 END) = 1"
-        self.broken_condition = broken
-        """A row breaks some rule (a NULL verdict breaks it too)."""
+        broken = f"(CASE WHEN {every_rule} THEN 0 ELSE 1 END) = 1"  # a NULL verdict breaks
         self.each_broken_row = ""
         """A statement with one row per stored row breaking some rule."""
         self.rules_indexes: dict[str, str] = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 import pytest
 
@@ -62,52 +63,37 @@ def test_a_bound_leaves_the_lifecycles_that_do_not_declare_it_alone() -> None:
     assert states["outbox"] == check(names=("outbox",))[1]["lifecycles"][0]["states"]
 
 
-def test_a_long_search_reports_its_progress(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lifecycles.machines import exploration as search
-
-    monkeypatch.setattr(search, "PROGRESS_AFTER", 0.0)  # every search is "long" here
-    heard: list[tuple[int, int]] = []
-    result = search.explore(EXPLORATION,
-                            progress=lambda so_far: heard.append((so_far.states, so_far.edges)))
-    assert heard and heard[0][0] >= 1
-    assert all(states <= result.states and edges <= result.edges for states, edges in heard)
-
-
-def test_the_check_command_prints_progress_on_stderr_only(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from lifecycles.machines import exploration as search
-
-    monkeypatch.setattr(search, "PROGRESS_AFTER", 0.0)
-    assert run_check(("outbox",)) == EXIT_OK
-    captured = capsys.readouterr()
-    assert "... outbox:" in captured.err and "... outbox:" not in captured.out
-
-
-def test_a_long_interleaving_search_reports_its_progress(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.mark.parametrize("searched", ["one record", "interleaved workers"])
+def test_a_long_search_reports_its_progress(monkeypatch: pytest.MonkeyPatch,
+                                            searched: str) -> None:
     from lifecycles.machines import exploration as search
     from lifecycles.machines.interleaving import explore_workers
 
-    monkeypatch.setattr(search, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(search, "PROGRESS_AFTER", 0.0)  # every search is "long" here
     heard: list[tuple[int, int]] = []
-    result = explore_workers(EXPLORATION,
-                             progress=lambda so_far: heard.append((so_far.states, so_far.steps)))
+    if searched == "one record":
+        result: Any = search.explore(
+            EXPLORATION, progress=lambda so_far: heard.append((so_far.states, so_far.edges)))
+        done = (result.states, result.edges)
+    else:
+        result = explore_workers(
+            EXPLORATION, progress=lambda so_far: heard.append((so_far.states, so_far.steps)))
+        done = (result.states, result.steps)
     assert heard and heard[0][0] >= 1
-    assert all(states <= result.states and steps <= result.steps for states, steps in heard)
+    assert all(states <= done[0] and moves <= done[1] for states, moves in heard)
     assert heard == sorted(heard)  # figures so far, never going back
 
 
-def test_the_check_command_prints_the_interleavings_progress_on_stderr_only(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(("name", "line"), [
+    ("outbox", "... outbox:"), ("monitor", "... monitor, 2 workers x 1 record:")])
+def test_the_check_command_prints_progress_on_stderr_only(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str, line: str,
 ) -> None:
     from lifecycles.machines import exploration as search
 
     monkeypatch.setattr(search, "PROGRESS_AFTER", 0.0)
-    assert run_check(("monitor",)) == EXIT_OK
+    assert run_check((name,)) == EXIT_OK
     captured = capsys.readouterr()
-    line = "... monitor, 2 workers x 1 record:"
     assert line in captured.err and line not in captured.out
 
 
