@@ -61,6 +61,7 @@ os.environ.setdefault(
     "LIFECYCLES_SEEDS", str(Path(__file__).resolve().parents[2] / "shared" / "seeds")
 )
 
+from checked_loops import CheckedPostgres, CheckedSQLite, Checks
 from support.monitor import CAPABILITIES, answer, notification
 from support.reference import load_reference
 
@@ -334,6 +335,17 @@ def wal_round(
     opened.append(connection)
     items.fill(connection, count, "?")
     cycles["raw"] = RawSQLite(connection, receiver, now).cycle
+    # The raw loop plus lifecycles' checks (checked_loops.py), like it without rules indexes.
+    path = directory / f"checked-{round_number}.db"
+    connection = wal_connection(path, autocommit=True)
+    opened.append(connection)
+    monitor = lifecycles_monitor.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
+    drop_rules_indexes(connection)
+    items.fill(connection, count, "?")
+    cycles["checked"] = CheckedSQLite(
+        connection, Checks(monitor, receiver, now, WORKER, LEASE_SECONDS), TABLE, claimable(),
+        claim_order(), complete_statement("?"),
+    ).cycle
     try:
         return {
             name: count / drain(cycles[name], count)
@@ -351,7 +363,7 @@ def section_wal(args: argparse.Namespace, items: Items, receiver: Receiver) -> b
             rounds.append(wal_round(Path(directory), items, receiver, args.items, round_number))
     print(f"1. run_once on SQLite, WAL + synchronous=NORMAL: {args.rounds} alternating rounds,"
           f" each draining a fresh file of {args.items:,} due items per contestant")
-    names = ("lifecycles", "reference", "raw")
+    names = ("lifecycles", "reference", "raw", "checked")
     print(f"   {'cycles/s':<12}" + "".join(f"{name:>12}" for name in names))
     print(f"   {'median':<12}"
           + "".join(f"{statistics.median(r[n] for r in rounds):>12.0f}" for n in names))
@@ -362,7 +374,22 @@ def section_wal(args: argparse.Namespace, items: Items, receiver: Receiver) -> b
     passed = to_raw >= RAW_TARGET
     print(f"   lifecycles/raw {to_raw:.2f}  target >= {RAW_TARGET}  {verdict(passed)}")
     print(f"   lifecycles/reference {to_reference:.2f}  (no target)")
+    ceiling(rounds, to_raw)
     return passed
+
+
+def ceiling(rounds: Sequence[dict[str, float]], to_raw: float) -> None:
+    """What the checks alone cost: the checked loop (checked_loops.py, the raw loop's
+    statements plus lifecycles' checks and nothing else) over the raw loop, the most any
+    implementation making those checks reaches; and lifecycles against it."""
+    checked = statistics.median(r["checked"] / r["raw"] for r in rounds)
+    spans = sorted(r["checked"] / r["raw"] for r in rounds)
+    print(f"   checked/raw {checked:.2f} (rounds {spans[0]:.2f}..{spans[-1]:.2f}): the raw loop"
+          f" with lifecycles' checks and nothing else, the ceiling of the ratio;"
+          f" target {'reachable' if checked >= RAW_TARGET else 'UNREACHABLE'} with these checks")
+    kept = statistics.median(r["lifecycles"] / r["checked"] for r in rounds)
+    print(f"   lifecycles/checked {kept:.2f}: what lifecycles' machinery keeps of the checked"
+          " loop's rate")
 
 
 # --- 2. PostgreSQL, 1, 4 and 8 worker processes -------------------------------------------
@@ -385,6 +412,12 @@ def pg_worker(
         elif kind == "run_many":
             monitor = lifecycles_monitor.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
             cycle = batch_cycle(monitor, receiver, now, worker)
+        elif kind == "checked":
+            monitor = lifecycles_monitor.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
+            cycle = CheckedPostgres(
+                connection, Checks(monitor, receiver, now, worker, LEASE_SECONDS), TABLE,
+                claimable(), claim_order(), complete_statement("%s"),
+            ).cycle
         else:
             cycle = RawPostgres(connection, receiver, now, worker).cycle
         start.wait(timeout=60)
@@ -468,7 +501,7 @@ def section_postgres(args: argparse.Namespace, items: Items, receiver: Receiver)
         context = multiprocessing.get_context("fork")
         for round_number in range(args.pg_rounds):
             for workers in worker_counts:
-                kinds = [*names, "run_many"] if workers == 4 else names
+                kinds = [*names, "checked", "run_many"] if workers == 4 else names
                 for kind in alternating(kinds, round_number + workers):
                     rate, ran_out = pg_measure(
                         context, kind, args.dsn, schema, workers, args.pg_seconds,
@@ -494,6 +527,13 @@ def section_postgres(args: argparse.Namespace, items: Items, receiver: Receiver)
     passed = ratios[4] >= RAW_TARGET
     print(f"   lifecycles/raw at 4 workers {ratios[4]:.2f}  target >= {RAW_TARGET}"
           f"  {verdict(passed)}")
+    checked = statistics.median(
+        a / b for a, b in zip(rates[("checked", 4)], rates[("raw", 4)], strict=True))
+    spans = sorted(a / b for a, b in zip(rates[("checked", 4)], rates[("raw", 4)], strict=True))
+    print(f"   checked/raw at 4 workers {checked:.2f} (rounds {spans[0]:.2f}..{spans[-1]:.2f}):"
+          " the raw loop with lifecycles' checks and nothing else, the ceiling of the ratio;"
+          f" target {'reachable' if checked >= RAW_TARGET else 'UNREACHABLE'} with these checks")
+    print(f"   lifecycles/checked at 4 workers {ratios[4] / checked:.2f}")
     batches, single = (statistics.median(rates[(kind, 4)]) for kind in ("run_many", "raw"))
     print(f"   run_many(limit={BATCH_LIMIT}) at 4 workers: {batches:.0f} items/s,"
           f" {batches / single:.1f}x the raw loop's single items (no target: the way to"

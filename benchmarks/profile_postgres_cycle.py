@@ -19,6 +19,10 @@ check each, to say which costs what. With W workers on C
 cores and W >= C, throughput is bounded by CPU per cycle, so ``raw CPU / lifecycles
 CPU`` bounds bench_throughput.py's PostgreSQL ratio at 4 workers on 2 cores. Not a
 ``bench_*`` file: ``run.py`` does not run it.
+
+A last row, ``checked``, is the raw loop with lifecycles' checks added and nothing else
+(``checked_loops.py``): ``raw CPU / checked CPU`` is the most any implementation that
+makes those checks can reach.
 """
 
 from __future__ import annotations
@@ -42,14 +46,19 @@ os.environ.setdefault(
 import psycopg
 from bench_throughput import (
     DSN_VARIABLE,
+    LEASE_SECONDS,
     LOCAL_DSN,
     TABLE,
     Items,
     RawPostgres,
     Receiver,
+    claim_order,
+    claimable,
+    complete_statement,
     due_time,
     monitor_cycle,
 )
+from checked_loops import CheckedPostgres, Checks
 from support.monitor import CAPABILITIES
 
 from lifecycles.monitor import DurableTerminalProcessingMonitor
@@ -153,6 +162,11 @@ def drain(connection: Any, kind: str, items: Items, count: int,
     now = due_time(count)
     if kind == "raw":
         cycle = RawPostgres(connection, receiver, now, "w-raw").cycle
+    elif kind == "checked":
+        checks = Checks(DurableTerminalProcessingMonitor(connection, CAPABILITIES), receiver,
+                        now, "w-checked", LEASE_SECONDS)
+        cycle = CheckedPostgres(connection, checks, TABLE, claimable(), claim_order(),
+                                complete_statement("%s")).cycle
     elif kind == "statements":
         cycle = replay(connection, statements)
     elif kind == "unchecked":
@@ -183,7 +197,8 @@ def main() -> int:
     args = parser.parse_args()
     schema = f"lc_profile_{secrets.token_hex(6)}"
     items, receiver = Items(args.items), Receiver(args.items)
-    kinds = ("lifecycles", "statements", "no guards", "no verdicts", "unchecked", "raw")
+    kinds = ("lifecycles", "statements", "no guards", "no verdicts", "unchecked", "checked",
+             "raw")
     figures: dict[str, list[tuple[float, float, float]]] = {kind: [] for kind in kinds}
     try:
         with connect(args.dsn, connect_timeout=5) as admin:
@@ -218,6 +233,10 @@ def main() -> int:
     print(f"raw CPU / (unchecked CPU + Python {python:.0f}) ="
           f" {cpu['raw'] / (cpu['unchecked'] + python):.2f}: the most it can reach if every"
           " check in the SQL cost nothing, with the Python as it is")
+    print(f"raw CPU / checked CPU = {cpu['raw'] / cpu['checked']:.2f}: the most any"
+          " implementation making lifecycles' checks can reach (checked_loops.py: the raw"
+          " loop's statements, the claimed record returned whole, the checks in Python and"
+          " nothing else)")
     return 0
 
 
