@@ -18,13 +18,17 @@ pending to watching, with its next poll 30 s ahead.
    lease_token; no checks). Each round drains a fresh file of ``--items`` due items per
    contestant (the reference sorts every due item on each claim, so its rate falls as
    that backlog grows; bench_claims.py measures that). Target: lifecycles/raw >= 0.8.
+   A fourth contestant, ``checked`` (loops.py), is the raw loop plus lifecycles' checks
+   and nothing else: checked/raw is the most any implementation making those checks can
+   reach, printed beside the target.
 2. PostgreSQL cycles/s with 1, 4 and 8 worker processes (each its own connection, in a
    throw-away schema): lifecycles run_once against a raw SKIP LOCKED loop (claim: one
    autocommit ``UPDATE ... WHERE event_id = (SELECT ... ORDER BY created_at, event_id
    LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING``; complete: one compare-and-set UPDATE).
    The workers start together and run for ``--pg-seconds``; the table is emptied and
    refilled with ``--pg-items`` due items before each measurement. Target at 4 workers:
-   lifecycles/raw >= 0.8. Skipped, with the reason, when the server cannot be reached
+   lifecycles/raw >= 0.8; the ``checked`` loop (loops.py) at 4 workers gives its
+   ceiling, as in section 1. Skipped, with the reason, when the server cannot be reached
    (``--dsn``, default ``$LIFECYCLES_TEST_POSTGRES_DSN`` or the local test server).
 3. Batches at default settings (a SQLite file as ``sqlite3.connect(path)`` opens it:
    rollback journal, synchronous=FULL, every commit fsync'ed): items/s of lifecycles'
@@ -33,10 +37,10 @@ pending to watching, with its next poll 30 s ahead.
    Target: run_many >= 10x the reference. A build without ``run_many`` prints
    ``run_many: not available in this build`` and FAIL.
 
-The default run takes about a minute on a 2-core machine (most of it in section 2, whose
-table is refilled 18 times; section 3 waits on the disk's fsyncs); ``--rounds``, ``--pg-rounds``,
-``--pg-seconds``, ``--batch-rounds`` and the item counts deepen it. The machine is
-shared and noisy: read the ratios, not the absolute rates.
+The default run takes about a minute and a half on a 2-core machine (most of it in
+section 2, whose table is refilled 21 times; section 3 waits on the disk's fsyncs);
+``--rounds``, ``--pg-rounds``, ``--pg-seconds``, ``--batch-rounds`` and the item counts
+deepen it. The machine is shared and noisy: read the ratios, not the absolute rates.
 """
 
 from __future__ import annotations
@@ -61,21 +65,25 @@ os.environ.setdefault(
     "LIFECYCLES_SEEDS", str(Path(__file__).resolve().parents[2] / "shared" / "seeds")
 )
 
-from checked_loops import CheckedPostgres, CheckedSQLite, Checks
+from loops import (
+    LEASE_SECONDS,
+    TABLE,
+    WORKER,
+    CheckedPostgres,
+    CheckedSQLite,
+    Checks,
+    RawPostgres,
+    RawSQLite,
+    drop_rules_indexes,
+)
 from support.monitor import CAPABILITIES, answer, notification
 from support.reference import load_reference
 
 import lifecycles.monitor as lifecycles_monitor
-from lifecycles.machines import lease
-from lifecycles.machines.monitor import MONITOR
 
 reference = load_reference("terminal_processing_monitor")
 
-TABLE = "cms_source_terminal_processing"
 SITE = "site-1"
-WORKER = "w1"
-LEASE_SECONDS = 600.0
-POLL_INTERVAL = 30.0  # both monitors' default: a watching item is polled again 30 s later
 DSN_VARIABLE = "LIFECYCLES_TEST_POSTGRES_DSN"
 LOCAL_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 RAW_TARGET = 0.8  # lifecycles at least this share of the raw loop's rate
@@ -133,123 +141,6 @@ class Items:
 def due_time(count: int) -> float:
     """A moment at which all ``count`` items are due."""
     return count / 1000 + 1.0
-
-
-# --- the raw loops ----------------------------------------------------------------------
-
-
-def claimable() -> str:
-    return ", ".join(f"'{status}'" for status in lease.claimable_statuses(MONITOR))
-
-
-def claim_order() -> str:
-    assert MONITOR.lease is not None
-    return ", ".join(MONITOR.lease.order_by)
-
-
-def complete_statement(param: str) -> str:
-    """complete: the columns both monitors write for a 'pending' answer, compare-and-set on
-    the event and its lease token, nothing checked."""
-    p = param
-    return (
-        f"UPDATE {TABLE} SET status = 'watching', failures = 0, next_poll_at = {p},"
-        " lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,"
-        f" last_error_code = NULL, receiver_status = {p}, receiver_attempts = {p},"
-        f" receiver_max_attempts = {p}, receiver_next_attempt_at = {p},"
-        f" receiver_lease_expires_at = {p}, receiver_lease_expired = {p},"
-        f" receiver_error_code = {p}, receiver_processed_at = {p}, updated_at = {p}"
-        f" WHERE event_id = {p} AND lease_token = {p}"
-    )
-
-
-def complete_params(
-    reply: dict[str, Any], now: float, event_id: str, token: str
-) -> tuple[Any, ...]:
-    return (
-        now + POLL_INTERVAL, reply["processing_status"], reply["attempts"],
-        reply["max_attempts"], reply["next_attempt_at"], reply["lease_expires_at"],
-        int(reply["lease_expired"]), reply["last_error_code"], reply["processed_at"], now,
-        event_id, token,
-    )
-
-
-def drop_rules_indexes(connection: sqlite3.Connection) -> None:
-    """Drop lifecycles' rules indexes from a file a raw loop will use: it keeps no health,
-    so it must not pay for them (each write evaluates their rules)."""
-    names = [name for (name,) in connection.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE ?",
-        (f"{TABLE}_rules_%",))]
-    assert names, "lifecycles keeps rules indexes on SQLite"
-    for name in names:
-        connection.execute(f"DROP INDEX {name}")
-    connection.commit()
-
-
-class RawSQLite:
-    """The floor on SQLite: claim through the claim-order index, read, complete."""
-
-    def __init__(self, connection: sqlite3.Connection, receiver: Receiver, now: float) -> None:
-        self.connection, self.receiver, self.now = connection, receiver, now
-        self.select = (
-            f"SELECT event_id, site_id FROM {TABLE} INDEXED BY {TABLE}_claim_order"
-            f" WHERE status IN ({claimable()}) AND next_poll_at <= ?"
-            f" ORDER BY {claim_order()} LIMIT 1"
-        )
-        self.lease = (
-            f"UPDATE {TABLE} SET status = 'leased', poll_attempts = poll_attempts + 1,"
-            " lease_owner = ?, lease_token = ?, lease_expires_at = ?, last_error_code = NULL,"
-            " updated_at = ? WHERE event_id = ?"
-        )
-        self.complete = complete_statement("?")
-
-    def cycle(self) -> bool:
-        connection, now = self.connection, self.now
-        connection.execute("BEGIN IMMEDIATE")
-        row = connection.execute(self.select, (now,)).fetchone()
-        if row is None:
-            connection.execute("COMMIT")
-            return False
-        event_id, site_id = row
-        token = secrets.token_urlsafe(32)
-        connection.execute(self.lease, (WORKER, token, now + LEASE_SECONDS, now, event_id))
-        connection.execute("COMMIT")
-        reply = self.receiver(event_id, site_id)
-        done = connection.execute(self.complete, complete_params(reply, now, event_id, token))
-        if done.rowcount != 1:
-            raise RuntimeError(f"raw completion of {event_id} lost")
-        return True
-
-
-class RawPostgres:
-    """The floor on PostgreSQL: one autocommit claim statement with SKIP LOCKED, read,
-    one autocommit compare-and-set completion."""
-
-    def __init__(self, connection: Any, receiver: Receiver, now: float, worker: str) -> None:
-        self.connection, self.receiver, self.now, self.worker = connection, receiver, now, worker
-        self.claim = (
-            f"UPDATE {TABLE} SET status = 'leased', poll_attempts = poll_attempts + 1,"
-            " lease_owner = %s, lease_token = %s, lease_expires_at = %s,"
-            " last_error_code = NULL, updated_at = %s"
-            f" WHERE event_id = (SELECT event_id FROM {TABLE}"
-            f" WHERE status IN ({claimable()}) AND next_poll_at <= %s"
-            f" ORDER BY {claim_order()} LIMIT 1 FOR UPDATE SKIP LOCKED)"
-            " RETURNING event_id, site_id"
-        )
-        self.complete = complete_statement("%s")
-
-    def cycle(self) -> bool:
-        now, token = self.now, secrets.token_urlsafe(32)
-        with self.connection.cursor() as cursor:
-            cursor.execute(self.claim, (self.worker, token, now + LEASE_SECONDS, now, now))
-            row = cursor.fetchone()
-            if row is None:
-                return False
-            event_id, site_id = row
-            reply = self.receiver(event_id, site_id)
-            cursor.execute(self.complete, complete_params(reply, now, event_id, token))
-            if cursor.rowcount != 1:
-                raise RuntimeError(f"raw completion of {event_id} lost")
-        return True
 
 
 def monitor_cycle(monitor: Any, receiver: Receiver, now: float, worker: str = WORKER) -> Cycle:
@@ -335,7 +226,7 @@ def wal_round(
     opened.append(connection)
     items.fill(connection, count, "?")
     cycles["raw"] = RawSQLite(connection, receiver, now).cycle
-    # The raw loop plus lifecycles' checks (checked_loops.py), like it without rules indexes.
+    # The raw loop plus lifecycles' checks (loops.py), like it without rules indexes.
     path = directory / f"checked-{round_number}.db"
     connection = wal_connection(path, autocommit=True)
     opened.append(connection)
@@ -343,9 +234,7 @@ def wal_round(
     drop_rules_indexes(connection)
     items.fill(connection, count, "?")
     cycles["checked"] = CheckedSQLite(
-        connection, Checks(monitor, receiver, now, WORKER, LEASE_SECONDS), TABLE, claimable(),
-        claim_order(), complete_statement("?"),
-    ).cycle
+        connection, Checks(monitor, receiver, now, WORKER, LEASE_SECONDS)).cycle
     try:
         return {
             name: count / drain(cycles[name], count)
@@ -379,7 +268,7 @@ def section_wal(args: argparse.Namespace, items: Items, receiver: Receiver) -> b
 
 
 def ceiling(rounds: Sequence[dict[str, float]], to_raw: float) -> None:
-    """What the checks alone cost: the checked loop (checked_loops.py, the raw loop's
+    """What the checks alone cost: the checked loop (loops.py, the raw loop's
     statements plus lifecycles' checks and nothing else) over the raw loop, the most any
     implementation making those checks reaches; and lifecycles against it."""
     checked = statistics.median(r["checked"] / r["raw"] for r in rounds)
@@ -415,9 +304,7 @@ def pg_worker(
         elif kind == "checked":
             monitor = lifecycles_monitor.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
             cycle = CheckedPostgres(
-                connection, Checks(monitor, receiver, now, worker, LEASE_SECONDS), TABLE,
-                claimable(), claim_order(), complete_statement("%s"),
-            ).cycle
+                connection, Checks(monitor, receiver, now, worker, LEASE_SECONDS)).cycle
         else:
             cycle = RawPostgres(connection, receiver, now, worker).cycle
         start.wait(timeout=60)

@@ -21,7 +21,7 @@ CPU`` bounds bench_throughput.py's PostgreSQL ratio at 4 workers on 2 cores. Not
 ``bench_*`` file: ``run.py`` does not run it.
 
 A last row, ``checked``, is the raw loop with lifecycles' checks added and nothing else
-(``checked_loops.py``): ``raw CPU / checked CPU`` is the most any implementation that
+(``loops.py``): ``raw CPU / checked CPU`` is the most any implementation that
 makes those checks can reach.
 """
 
@@ -44,21 +44,8 @@ os.environ.setdefault(
 )
 
 import psycopg
-from bench_throughput import (
-    DSN_VARIABLE,
-    LEASE_SECONDS,
-    LOCAL_DSN,
-    TABLE,
-    Items,
-    RawPostgres,
-    Receiver,
-    claim_order,
-    claimable,
-    complete_statement,
-    due_time,
-    monitor_cycle,
-)
-from checked_loops import CheckedPostgres, Checks
+from bench_throughput import DSN_VARIABLE, LOCAL_DSN, Items, Receiver, due_time, monitor_cycle
+from loops import LEASE_SECONDS, TABLE, CheckedPostgres, Checks, RawPostgres
 from support.monitor import CAPABILITIES
 
 from lifecycles.monitor import DurableTerminalProcessingMonitor
@@ -165,8 +152,7 @@ def drain(connection: Any, kind: str, items: Items, count: int,
     elif kind == "checked":
         checks = Checks(DurableTerminalProcessingMonitor(connection, CAPABILITIES), receiver,
                         now, "w-checked", LEASE_SECONDS)
-        cycle = CheckedPostgres(connection, checks, TABLE, claimable(), claim_order(),
-                                complete_statement("%s")).cycle
+        cycle = CheckedPostgres(connection, checks).cycle
     elif kind == "statements":
         cycle = replay(connection, statements)
     elif kind == "unchecked":
@@ -234,7 +220,7 @@ def main() -> int:
           f" {cpu['raw'] / (cpu['unchecked'] + python):.2f}: the most it can reach if every"
           " check in the SQL cost nothing, with the Python as it is")
     print(f"raw CPU / checked CPU = {cpu['raw'] / cpu['checked']:.2f}: the most any"
-          " implementation making lifecycles' checks can reach (checked_loops.py: the raw"
+          " implementation making lifecycles' checks can reach (loops.py: the raw"
           " loop's statements, the claimed record returned whole, the checks in Python and"
           " nothing else)")
     return 0

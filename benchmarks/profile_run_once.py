@@ -5,7 +5,7 @@
 Drains a fresh SQLite file (WAL + synchronous=NORMAL) of ``--items`` due items with
 lifecycles' ``run_once``; another with the raw loop of ``bench_throughput.py``, on a
 file without lifecycles' rules indexes (``raw``) and on one with them
-(``raw+indexes``); and another with the checked loop of ``checked_loops.py`` (the raw
+(``raw+indexes``); and another with the checked loop of ``loops.py`` (the raw
 loop's statements plus lifecycles' checks and nothing else), each through a connection
 that times every ``execute``, ``executemany`` and ``fetch*`` call. Prints, per cycle,
 the time inside SQLite, the time outside it (Python: checks, transitions, encoding,
@@ -38,15 +38,7 @@ os.environ.setdefault(
     "LIFECYCLES_SEEDS", str(Path(__file__).resolve().parents[2] / "shared" / "seeds")
 )
 
-from bench_throughput import (
-    TABLE,
-    RawSQLite,
-    claim_order,
-    claimable,
-    complete_statement,
-    drop_rules_indexes,
-)
-from checked_loops import CheckedSQLite, Checks
+from loops import CheckedSQLite, Checks, RawSQLite, drop_rules_indexes
 from support.monitor import CAPABILITIES, answer, notification
 
 from lifecycles.monitor import DurableTerminalProcessingMonitor
@@ -115,8 +107,7 @@ def drain(path: Path, items: int, kind: str) -> tuple[float, float, float]:
         connection.isolation_level = None
         checks = Checks(DurableTerminalProcessingMonitor(connection, CAPABILITIES), receiver,
                         20.0, "w1", 600.0)
-        cycle = CheckedSQLite(connection, checks, TABLE, claimable(), claim_order(),
-                              complete_statement("?")).cycle
+        cycle = CheckedSQLite(connection, checks).cycle
     elif raw:
         connection.isolation_level = None
         loop = RawSQLite(connection, receiver, 20.0)
