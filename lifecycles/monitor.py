@@ -35,8 +35,9 @@ from lifecycles.invariants.core import (
     canonical_json,
 )
 from lifecycles.invariants.monitor import (
-    NOTIFICATION_FIELDS,
-    NOTIFICATION_SCHEMA,
+    TERMINAL_STATUSES as _TERMINAL_STATUSES,
+)
+from lifecycles.invariants.monitor import (
     MonitorRecord,
     MonitorStatus,
     ReceiverStatus,
@@ -45,13 +46,14 @@ from lifecycles.invariants.monitor import (
     event_id_rule,
     failure_bound,
     lease_duration,
-    notification_rules_broken,
     reader_rule,
     time,
     worker_id_rule,
 )
-from lifecycles.invariants.monitor import (
-    TERMINAL_STATUSES as _TERMINAL_STATUSES,
+from lifecycles.invariants.monitor_messages import (
+    NOTIFICATION_FIELDS,
+    NOTIFICATION_SCHEMA,
+    notification_rules_broken,
 )
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.monitor import (

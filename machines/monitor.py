@@ -27,23 +27,25 @@ import attrs
 
 from lifecycles.invariants.core import FieldRuleViolation, InvariantViolation, StepViolation
 from lifecycles.invariants.monitor import (
-    ANSWER_RULES,
-    ANSWER_SHAPE,
     MONITOR_INVARIANTS,
     RESPONSE_INVALID,
     STATE_INVALID,
-    STATUS_SCHEMA,
-    AnswerRead,
     MonitorRecord,
     MonitorStatus,
     ReceiverStatus,
-    answer_rules_broken,
     delay,
     error_code,
     poll_interval,
     same_notification,
     time,
     token,
+)
+from lifecycles.invariants.monitor_messages import (
+    ANSWER_RULES,
+    ANSWER_SHAPE,
+    STATUS_SCHEMA,
+    AnswerRead,
+    answer_rules_broken,
 )
 from lifecycles.machines.core import Changes, Lease, Lifecycle, effect, guard
 
@@ -184,8 +186,8 @@ def read_answer(
 
     It must be exactly the status schema, about this very notification, under the
     expected capabilities, with consistent receiver fields: each of these is a named
-    rule (``ANSWER_RULES`` in ``lifecycles.invariants.monitor``). Whether the row it
-    produces is valid is decided afterwards by the invariants, not here.
+    rule (``ANSWER_RULES`` in ``lifecycles.invariants.monitor_messages``). Whether the
+    row it produces is valid is decided afterwards by the invariants, not here.
     """
     # Copying the mapping runs its own code, which may raise: the caller records that as
     # the reader's failure, as the reference does. After the copy no method of a key or

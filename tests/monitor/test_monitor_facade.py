@@ -20,7 +20,6 @@ from support.monitor import (
 
 from lifecycles.invariants.core import field_rules
 from lifecycles.invariants.monitor import (
-    NOTIFICATION_RULES,
     capabilities_rule,
     event_id_rule,
     failure_bound,
@@ -29,6 +28,7 @@ from lifecycles.invariants.monitor import (
     time,
     worker_id_rule,
 )
+from lifecycles.invariants.monitor_messages import NOTIFICATION_RULES
 from lifecycles.machines.monitor import RetryPolicy
 from lifecycles.monitor import (
     RULE_CODES,

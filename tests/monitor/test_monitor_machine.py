@@ -25,14 +25,13 @@ from support.monitor import reference_monitor
 
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.invariants.monitor import (
-    ANSWER_RULES,
-    ANSWER_SHAPE,
     COLUMNS,
     MONITOR_INVARIANTS,
     STATE_INVALID,
     MonitorRecord,
     MonitorStatus,
 )
+from lifecycles.invariants.monitor_messages import ANSWER_RULES, ANSWER_SHAPE
 from lifecycles.machines.core import TransitionRefused
 from lifecycles.machines.monitor import (
     MONITOR,
