@@ -185,14 +185,19 @@ class Checks:
         return MONITOR.fire("claim", was, inputs)
 
     def completed(self, claimed: Any) -> Any:
-        """The receiver's answer read through its rules, the completion fired by the table."""
+        """The receiver's answer read through its rules, the completion fired by the table.
+        The loops' statements write what a 'pending' answer leads to (the only answer the
+        benchmarks give): another outcome is refused rather than written as that."""
         reply = self.receiver(claimed.event_id, claimed.site_id)
         lease = MonitorInputs(now=self.now, policy=self.policy, worker_id=claimed.lease_owner,
                               lease_token=claimed.lease_token)
-        return poll_step(lease, read_answer(reply, claimed, self.sha)).fire(claimed, MONITOR.fire)
+        done = poll_step(lease, read_answer(reply, claimed, self.sha)).fire(claimed, MONITOR.fire)
+        if done.status != "watching":
+            raise RuntimeError(f"{done.event_id} ended {done.status}: the loops write watching")
+        return done
 
 
-# The columns the raw loops write, from a completed record.
+# The columns the checked loops write from the record leased, and from the record completed.
 LEASED = ("poll_attempts", "lease_owner", "lease_token", "lease_expires_at", "updated_at")
 COMPLETED = (
     "next_poll_at", "receiver_status", "receiver_attempts", "receiver_max_attempts",

@@ -107,15 +107,19 @@ def test_each_postgres_loop_writes_what_run_once_writes() -> None:
 
 
 @pytest.mark.parametrize("answer_kind", ["processed", "failed"])
-def test_the_checks_fire_the_tables_rows_not_a_fixed_outcome(tmp_path: Path,
-                                                            answer_kind: str) -> None:
-    """The loops' statements write a 'pending' answer's columns (the benchmarks feed no
-    other); the checked loop's checks still fire the row the answer selects."""
+def test_the_checked_loop_refuses_to_write_an_outcome_its_statements_do_not_hold(
+    tmp_path: Path, answer_kind: str,
+) -> None:
+    """The loops' statements write a 'pending' answer's columns (the benchmarks give no
+    other); the checks fire the row the answer selects, and another outcome stops the
+    loop before its statement writes anything."""
     connection = sqlite3.connect(tmp_path / "other.db")
     monitor = registered(connection)
+    before = rows(connection)
     checks = Checks(monitor, lambda e, s: answer(e, s, answer_kind), NOW, WORKER,
                     LEASE_SECONDS)
     (row,) = connection.execute(
         f"SELECT {checks.columns} FROM {TABLE} WHERE event_id = 'e0'").fetchall()
-    done = checks.completed(checks.claimed(row))
-    assert done.status.value != "watching"
+    with pytest.raises(RuntimeError, match="the loops write watching"):
+        checks.completed(checks.claimed(row))
+    assert rows(connection) == before
