@@ -320,6 +320,7 @@ class PostgresStore(SQLStore[R]):
                 f"the claim of {lifecycle.key_of(was)} wrote another record than its row",
                 code=self.schema.error("database_integrity"),
             )
+        self._remember(leased, written_values)
         return leased
 
     def alone(self, statement: str, params: Sequence[Any]) -> int:

@@ -28,8 +28,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from enum import Enum
-from operator import attrgetter
 from typing import Any, ClassVar, TypeVar
 
 from lifecycles.machines import lease as lease_protocol
@@ -41,7 +39,8 @@ from lifecycles.stores.base import (
     TransactionNested,
     UniqueViolation,
 )
-from lifecycles.stores.codecs import as_is, from_json_or_none, json_or_none, plain
+from lifecycles.stores.codecs import as_is, fields_encoder, plain
+from lifecycles.stores.sql_dialect import Codec, Dialect
 from lifecycles.stores.sql_health import Health, HealthQueries
 from lifecycles.stores.sql_lease import SORTED_AT_MOST, LeaseStatements
 from lifecycles.stores.sql_schema import (
@@ -54,8 +53,6 @@ from lifecycles.stores.sql_schema import (
 
 R = TypeVar("R")
 
-Codec = Callable[[Any], Any]
-
 __all__ = [
     "SCAN_PAGE", "Catalogue", "Codec", "Column", "Dialect", "SQLSchema", "SQLStore",
     "SchemaBinding", "column_kind", "plain",
@@ -63,162 +60,8 @@ __all__ = [
 
 # How many records one page of :meth:`SQLStore.scan` reads.
 SCAN_PAGE = 500
-
-
-# --- dialects ------------------------------------------------------------------------
-
-
-class Dialect(ABC):
-    """What differs between SQL databases, as text: the store builds every statement
-    from these pieces and never writes a database's name."""
-
-    name: ClassVar[str]
-    #: The driver's parameter marker.
-    param: ClassVar[str]
-    #: Equality that holds between two NULLs (lease tokens are NULL when unleased).
-    null_safe_equal: ClassVar[str]
-    #: Appended to lease queries: rows another worker holds are passed over, not awaited.
-    skip_locked: ClassVar[str] = ""
-    #: Type name of each column kind ("" leaves a column untyped).
-    type_names: ClassVar[dict[str, str]]
-    #: Appended to text columns: code-point order, so key order is the same everywhere.
-    collation: ClassVar[str] = ""
-    #: A number above every number a column holds (the bound of an empty walk).
-    infinity: ClassVar[str] = "'Infinity'::float8"
-    #: How many records a claim's walk of the claim order reads before it asks the range
-    #: of due times instead (``SQLStore.due``); 0: the walk is not bounded.
-    walk_bound: ClassVar[int] = 0
-    #: Whether a claim may first glance outside a transaction (see ``SQLStore.glance``):
-    #: where writers serialise on the whole database anyway, a lost race is rare and
-    #: cheap; where workers claim side by side with row locks, the transaction is better.
-    glances: ClassVar[bool] = False
-    #: Whether the store keeps partial indexes of the rows breaking a rule, and what
-    #: names a row in any table then (``HealthQueries.rules_indexes``).
-    indexes_rules: ClassVar[bool] = False
-    row_id: ClassVar[str] = ""
-
-    @abstractmethod
-    def quote(self, identifier: str) -> str:
-        """An identifier from a schema declaration, as the database reads it."""
-
-    def literal(self, text: str) -> str:
-        """A declared status as an SQL string literal (never input: statuses come from
-        the table). Literals, not parameters, so the planner can match partial indexes."""
-        return "'" + text.replace("'", "''") + "'"
-
-    @abstractmethod
-    def column_definition(self, column: Column, key: bool) -> str:
-        """One column of a derived ``CREATE TABLE``."""
-
-    @abstractmethod
-    def signature(self, column: Column) -> object:
-        """What :meth:`Catalogue.columns_of` reports for ``column`` when it is as declared."""
-
-    @abstractmethod
-    def excluding(self, key: str, keys: list[str]) -> tuple[str, list[Any]]:
-        """A ``WHERE`` suffix leaving ``keys`` out, and its parameters."""
-
-    @abstractmethod
-    def probe(self, schema: SQLSchema) -> tuple[str, tuple[Any, ...]]:
-        """One cheap statement whose rows :meth:`read_probe` judges."""
-
-    @abstractmethod
-    def read_probe(self, schema: SQLSchema, rows: list[tuple[Any, ...]]) -> object:
-        """Raise ``schema_altered`` when the probe shows a change; else a version token:
-        when it differs from the last one, the store runs the whole check again."""
-
-    @abstractmethod
-    def catalogue_guard(self, schema: SQLSchema) -> str:
-        """A condition that holds exactly while the probe would still answer the token
-        :meth:`catalogue_params` binds and find the schema as verified: written into a
-        statement that runs outside a transaction, so it changes nothing in an altered
-        database."""
-
-    @abstractmethod
-    def catalogue_params(self, schema: SQLSchema, token: object) -> list[Any]:
-        """The parameters of :meth:`catalogue_guard` for the probe's last ``token``."""
-
-    def meta_guard(self, schema: SQLSchema) -> tuple[str, list[Any]]:
-        """A condition that holds exactly while the meta table holds the binding's rows."""
-        binding = schema.binding
-        if binding is None:
-            return "", []
-        table = self.quote(binding.meta_table)
-        clauses = [f"(SELECT count(*) FROM {table}) = {len(binding.meta_rows)}"]
-        params: list[Any] = []
-        for row in binding.meta_rows:
-            match = " AND ".join(
-                f"{self.quote(column.name)} {self.null_safe_equal} {self.param}"
-                for column in binding.meta_columns
-            )
-            clauses.append(f"EXISTS (SELECT 1 FROM {table} WHERE {match})")
-            params.extend(row)
-        return " AND ".join(clauses), params
-
-    def codec(self, column: Column) -> tuple[Codec, Codec]:
-        """How values of ``column`` are encoded into and decoded out of the database."""
-        if column.kind == "json":
-            return json_or_none, from_json_or_none
-        return plain, as_is
-
-    def claim_order_index(self, schema: SQLSchema) -> str | None:
-        """A partial index of the claimable records in claim order: a claim walks it to the
-        first due record instead of sorting every due one (the lease-order index alone
-        leaves a sort per claim). Its ``WHERE`` is the claim's own claimable clause, in
-        literals: SQLite's planner matches a partial index only on the same text."""
-        lifecycle = schema.lifecycle
-        if lifecycle.lease is None:
-            return None
-        # The due time last: records not yet due are passed over within the index.
-        lease = lifecycle.lease
-        order = ", ".join(map(self.quote, (*lease.order_by, lease.due_field)))
-        return (
-            f"CREATE INDEX IF NOT EXISTS {self.quote(schema.table + '_claim_order')}"
-            f" ON {self.quote(schema.table)} ({order})"
-            f" WHERE {self.claimable_clause(lifecycle)}"
-        )
-
-    def create_table(self, schema: SQLSchema) -> str:
-        key = schema.lifecycle.key_field
-        definitions = ", ".join(
-            self.column_definition(column, column.name == key) for column in schema.columns
-        )
-        return f"CREATE TABLE IF NOT EXISTS {self.quote(schema.table)} ({definitions})"
-
-    def create_indexes(self, schema: SQLSchema) -> list[str]:
-        """The lease-order index (status, due time, claim order) and the dialect's own."""
-        lifecycle = schema.lifecycle
-        if lifecycle.lease is None:
-            return []
-        lease = lifecycle.lease
-        order = ", ".join(
-            map(self.quote, (lifecycle.status_field, lease.due_field, *lease.order_by))
-        )
-        statements = [
-            f"CREATE INDEX IF NOT EXISTS {self.quote(schema.table + '_due')}"
-            f" ON {self.quote(schema.table)} ({order})"
-        ]
-        partial = self.claim_order_index(schema)
-        return statements if partial is None else [*statements, partial]
-
-    def claimable_clause(self, lifecycle: Lifecycle[Any, Any]) -> str:
-        """``status IN ('pending', ...)``: the claimable statuses, from the lease trigger."""
-        statuses = ", ".join(map(self.literal, lease_protocol.claimable_statuses(lifecycle)))
-        return f"{self.quote(lifecycle.status_field)} IN ({statuses})"
-
-    def due_range_hint(self, schema: SQLSchema) -> str:
-        """Appended to the table in the due-time range query: the lease-order index, where
-        the planner needs telling."""
-        return ""
-
-    def likely(self, clause: str) -> str:
-        """``clause`` marked as true for most rows, where the planner takes such a hint: a
-        claim then walks the claim-order index instead of sorting every due record."""
-        return clause
-
-    def select_all(self, table: str, columns: Sequence[Column]) -> str:
-        listed = ", ".join(self.quote(column.name) for column in columns)
-        return f"SELECT {listed} FROM {self.quote(table)}"
+# How many records a store keeps the stored values of (then it starts again empty).
+AS_STORED_LIMIT = 4096
 
 
 # --- the store -----------------------------------------------------------------------
@@ -251,6 +94,8 @@ class SQLStore(Store[R], ABC):
         codecs = {column.name: self.dialect.codec(column) for column in self.schema.columns}
         self._encoders = {name: encode for name, (encode, _) in codecs.items()}
         self._field_encoders: dict[tuple[str, ...], Callable[[R], list[Any]]] = {}
+        # Records read or written lately, by identity, with their column values as stored.
+        self._as_stored: dict[int, tuple[R, Sequence[Any]]] = {}
         # Only the fields not stored natively are decoded: reads pay for nothing else.
         self._decoders = [
             (name, decode) for name, (_, decode) in codecs.items() if decode is not as_is
@@ -354,9 +199,13 @@ class SQLStore(Store[R], ABC):
         # as verified, which a transaction's probe checks otherwise (see ``put``).
         unprobed = f" AND {d.catalogue_guard(self.schema)}" + (f" AND {meta}" if meta else "")
         # One UPDATE per table row: it writes exactly the row's fields.
+        names = list(self.schema.column_names)
+        self._compared_at = [names.index(name) for name in self._compared]
         self._updates: dict[Row, tuple[str, str, tuple[str, ...]]] = {}
+        self._written_at: dict[Row, list[int]] = {}
         for row in lifecycle.rows:
             fields = lifecycle.writes(row)
+            self._written_at[row] = [names.index(name) for name in fields]
             assignments = ", ".join(f"{quote(name)} = {p}" for name in fields)
             update = f"UPDATE {table} SET {assignments} WHERE {whole}"
             self._updates[row] = (update, update + unprobed, fields)
@@ -427,30 +276,26 @@ class SQLStore(Store[R], ABC):
         values = dict(zip(self.schema.column_names, row, strict=True))
         for name, decode in self._decoders:
             values[name] = decode(values[name])
-        return self.admit(values)
+        record = self.admit(values)
+        self._remember(record, row)
+        return record
 
     def _encode(self, record: R, fields: tuple[str, ...]) -> list[Any]:
         """``fields`` of ``record``, each through its column's encoder (statuses, enums
         and structured values become what the column holds)."""
         encoder = self._field_encoders.get(fields)
         if encoder is None:
-            encoder = self._field_encoders[fields] = self._encoder_of(fields)
+            encoder = self._field_encoders[fields] = fields_encoder(
+                fields, [self._encoders[name] for name in fields])
         return encoder(record)
 
-    def _encoder_of(self, fields: tuple[str, ...]) -> Callable[[R], list[Any]]:
-        # One attrgetter per field list: a statement's parameters cost no dict per write.
-        read = attrgetter(*fields)
-        encoders = [self._encoders[name] for name in fields]
-        if len(fields) == 1:
-            (encode,) = encoders
-            return lambda record: [encode(read(record))]
-        if all(encode is plain for encode in encoders):  # plain's test, without a call each
-            return lambda record: [
-                value.value if isinstance(value, Enum) else value for value in read(record)
-            ]
-        return lambda record: [
-            encode(value) for encode, value in zip(encoders, read(record), strict=True)
-        ]
+    def _remember(self, record: R, stored: Sequence[Any]) -> None:
+        """``record`` was read from, or written as, the column values ``stored``: a write
+        replacing it compares the row with those very values (another program may spell
+        a JSON column otherwise than its encoding does, and it is still the row read)."""
+        if len(self._as_stored) >= AS_STORED_LIMIT:
+            self._as_stored.clear()
+        self._as_stored[id(record)] = (record, stored)
 
     def get(self, key: str) -> R | None:
         rows = self._fetch(self._get, (key,))
@@ -545,14 +390,14 @@ class SQLStore(Store[R], ABC):
         self.lifecycle.check(record)
         key = self.lifecycle.key_of(record)
         with self.transaction():
+            stored = self._encode(record, self.schema.column_names)
             try:
                 with self.statement_savepoint():
-                    inserted = self.change(
-                        self._insert, self._encode(record, self.schema.column_names)
-                    ) == 1
+                    inserted = self.change(self._insert, stored) == 1
             except self.unique_violations as error:
                 raise UniqueViolation(str(error)) from error
             if inserted:
+                self._remember(record, stored)
                 return record
             existing = self.get(key)
             if existing is None:  # deleted between the two statements: not by this store
@@ -560,11 +405,17 @@ class SQLStore(Store[R], ABC):
             return existing
 
     def put(self, before: R, after: R, row: Row) -> None:
-        """Compare-and-set on the whole record as read. Inside a transaction one statement
-        (the transaction probed the schema); outside one, a statement that is a
-        transaction of its own and also matches the schema as verified."""
+        """Compare-and-set on the whole record as read: with the column values it was read
+        from or written as, where the store still knows them (:meth:`_remember`), else
+        with ``before`` encoded. Inside a transaction one statement (the transaction
+        probed the schema); outside one, a statement that is a transaction of its own and
+        also matches the schema as verified."""
         in_transaction, alone, fields = self._updates[row]
-        params = [*self._encode(after, fields), *self._encode(before, self._compared)]
+        written = self._encode(after, fields)
+        known = self._as_stored.get(id(before))
+        stored = known[1] if known is not None and known[0] is before else None
+        params = [*written, *(self._encode(before, self._compared) if stored is None else
+                              [stored[at] for at in self._compared_at])]
         if self._depth:
             changed = self.change(in_transaction, params)
         else:
@@ -573,6 +424,11 @@ class SQLStore(Store[R], ABC):
                 self.check_schema()  # an altered schema is refused as such, not as a race
         if changed != 1:
             raise StaleRecord(f"{self.lifecycle.key_of(before)} changed since it was read")
+        if stored is not None:
+            now_stored = list(stored)
+            for at, value in zip(self._written_at[row], written, strict=True):
+                now_stored[at] = value
+            self._remember(after, now_stored)
 
     def driver_error(self, error: Exception) -> StoreError | None:  # see the subclasses
         return None
