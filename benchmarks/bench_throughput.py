@@ -266,22 +266,22 @@ def section_wal(args: argparse.Namespace, items: Items, receiver: Receiver) -> b
     passed = to_raw >= RAW_TARGET
     print(f"   lifecycles/raw {to_raw:.2f}  target >= {RAW_TARGET}  {verdict(passed)}")
     print(f"   lifecycles/reference {to_reference:.2f}  (no target)")
-    ceiling(rounds, to_raw)
-    return passed
-
-
-def ceiling(rounds: Sequence[dict[str, float]], to_raw: float) -> None:
-    """What the checks alone cost: the checked loop (loops.py, the raw loop's
-    statements plus lifecycles' checks and nothing else) over the raw loop, the most any
-    implementation making those checks reaches; and lifecycles against it."""
-    checked = statistics.median(r["checked"] / r["raw"] for r in rounds)
-    spans = sorted(r["checked"] / r["raw"] for r in rounds)
-    print(f"   checked/raw {checked:.2f} (rounds {spans[0]:.2f}..{spans[-1]:.2f}): the raw loop"
-          f" with lifecycles' checks and nothing else, the ceiling of the ratio;"
-          f" target {'reachable' if checked >= RAW_TARGET else 'UNREACHABLE'} with these checks")
+    ceiling("checked/raw", [r["checked"] / r["raw"] for r in rounds], "rounds")
     kept = statistics.median(r["lifecycles"] / r["checked"] for r in rounds)
     print(f"   lifecycles/checked {kept:.2f}: what lifecycles' machinery keeps of the checked"
           " loop's rate")
+    return passed
+
+
+def ceiling(label: str, ratios: Sequence[float], rounds: str) -> float:
+    """Print checked/raw, one ratio per round: the checked loop (loops.py, the raw loop's
+    statements plus lifecycles' checks and nothing else) over the raw loop, the most any
+    implementation making those checks reaches. Returns its median."""
+    checked, spans = statistics.median(ratios), sorted(ratios)
+    print(f"   {label} {checked:.2f} ({rounds}: {spans[0]:.2f}..{spans[-1]:.2f}): the raw loop"
+          " with lifecycles' checks and nothing else, the ceiling of the ratio; target"
+          f" {'reachable' if checked >= RAW_TARGET else 'UNREACHABLE'} with these checks")
+    return checked
 
 
 # --- 2. PostgreSQL, 1, 4 and 8 worker processes -------------------------------------------
@@ -426,14 +426,11 @@ def section_postgres(args: argparse.Namespace, items: Items, receiver: Receiver)
     passed = ratios[4] >= RAW_TARGET
     print(f"   lifecycles/raw at 4 workers {ratios[4]:.2f}  target >= {RAW_TARGET}"
           f"  {verdict(passed)}")
-    pairs = [a / b for a, b in zip(
-        rates[("checked (ceiling)", 4)], rates[("raw (ceiling)", 4)], strict=True)]
-    checked, spans = statistics.median(pairs), sorted(pairs)
-    print(f"   checked/raw at 4 workers {checked:.2f} (rounds of {args.pg_ceiling_seconds:g} s:"
-          f" {spans[0]:.2f}..{spans[-1]:.2f}): the raw loop with lifecycles' checks and nothing"
-          " else, the ceiling of the ratio; target"
-          f" {'reachable' if checked >= RAW_TARGET else 'UNREACHABLE'} with these checks"
-          + ("  (ran out of items: raise --pg-items)" if ("ceiling", 4) in short else ""))
+    checked = ceiling("checked/raw at 4 workers", [a / b for a, b in zip(
+        rates[("checked (ceiling)", 4)], rates[("raw (ceiling)", 4)], strict=True)],
+        f"rounds of {args.pg_ceiling_seconds:g} s")
+    if ("ceiling", 4) in short:
+        print("   (a ceiling run ran out of items: a floor of its rate; raise --pg-items)")
     print(f"   lifecycles/checked at 4 workers {ratios[4] / checked:.2f}")
     batches, single = (statistics.median(rates[(kind, 4)]) for kind in ("run_many", "raw"))
     print(f"   run_many(limit={BATCH_LIMIT}) at 4 workers: {batches:.0f} items/s,"

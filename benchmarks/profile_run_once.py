@@ -3,9 +3,9 @@
     python benchmarks/profile_run_once.py [--items 2000] [--rounds 3]
 
 Drains a fresh SQLite file (WAL + synchronous=NORMAL) of ``--items`` due items with
-lifecycles' ``run_once``; another with the raw loop of ``bench_throughput.py``, on a
+lifecycles' ``run_once``; another with the raw loop of ``loops.py``, on a
 file without lifecycles' rules indexes (``raw``) and on one with them
-(``raw+indexes``); and another with the checked loop of ``loops.py`` (the raw
+(``raw+indexes``); and another with its checked loop (the raw
 loop's statements plus lifecycles' checks and nothing else), each through a connection
 that times every ``execute``, ``executemany`` and ``fetch*`` call. Prints, per cycle,
 the time inside SQLite, the time outside it (Python: checks, transitions, encoding,
@@ -38,7 +38,7 @@ os.environ.setdefault(
     "LIFECYCLES_SEEDS", str(Path(__file__).resolve().parents[2] / "shared" / "seeds")
 )
 
-from loops import CheckedSQLite, Checks, RawSQLite, drop_rules_indexes
+from loops import LEASE_SECONDS, WORKER, CheckedSQLite, Checks, RawSQLite, drop_rules_indexes
 from support.monitor import CAPABILITIES, answer, notification
 
 from lifecycles.monitor import DurableTerminalProcessingMonitor
@@ -106,7 +106,7 @@ def drain(path: Path, items: int, kind: str) -> tuple[float, float, float]:
     if kind == "checked":
         connection.isolation_level = None
         checks = Checks(DurableTerminalProcessingMonitor(connection, CAPABILITIES), receiver,
-                        20.0, "w1", 600.0)
+                        20.0, WORKER, LEASE_SECONDS)
         cycle = CheckedSQLite(connection, checks).cycle
     elif raw:
         connection.isolation_level = None
