@@ -38,7 +38,10 @@ pending to watching, with its next poll 30 s ahead.
    ``run_many(limit=50)`` against the reference's ``run_once`` (and lifecycles'
    ``run_once``, for comparison), each draining ``--batch-items`` items per round.
    Target: run_many >= 10x the reference. A build without ``run_many`` prints
-   ``run_many: not available in this build`` and FAIL.
+   ``run_many: not available in this build`` and FAIL. The batch loops of loops.py run
+   beside them at the same settings: ``raw batches`` (no checks) and ``checked
+   batches`` (the raw batches plus lifecycles' checks): checked batches/reference is the
+   ceiling of the target for any implementation making those checks.
 
 The default run takes about two minutes on a 2-core machine (most of it in section 2,
 whose table is refilled 24 times; section 3 waits on the disk's fsyncs);
@@ -72,9 +75,11 @@ from loops import (
     LEASE_SECONDS,
     TABLE,
     WORKER,
+    CheckedBatchSQLite,
     CheckedPostgres,
     CheckedSQLite,
     Checks,
+    RawBatchSQLite,
     RawPostgres,
     RawSQLite,
     drop_rules_indexes,
@@ -273,14 +278,18 @@ def section_wal(args: argparse.Namespace, items: Items, receiver: Receiver) -> b
     return passed
 
 
-def ceiling(label: str, ratios: Sequence[float], rounds: str) -> float:
-    """Print checked/raw, one ratio per round: the checked loop (loops.py, the raw loop's
-    statements plus lifecycles' checks and nothing else) over the raw loop, the most any
-    implementation making those checks reaches. Returns its median."""
+def ceiling(
+    label: str, ratios: Sequence[float], rounds: str, target: float = RAW_TARGET,
+    unit: str = "",
+) -> float:
+    """Print a checked loop's ratio, one per round: the checked loop (loops.py, the raw
+    loop's statements plus lifecycles' checks and nothing else) over the raw loop (or the
+    reference), the most any implementation making those checks reaches. Returns its
+    median."""
     checked, spans = statistics.median(ratios), sorted(ratios)
-    print(f"   {label} {checked:.2f} ({rounds}: {spans[0]:.2f}..{spans[-1]:.2f}): the raw loop"
-          " with lifecycles' checks and nothing else, the ceiling of the ratio; target"
-          f" {'reachable' if checked >= RAW_TARGET else 'UNREACHABLE'} with these checks")
+    print(f"   {label} {checked:.2f}{unit} ({rounds}: {spans[0]:.2f}..{spans[-1]:.2f}): the raw"
+          " loop with lifecycles' checks and nothing else, the ceiling of the ratio; target"
+          f" {'reachable' if checked >= target else 'UNREACHABLE'} with these checks")
     return checked
 
 
@@ -500,11 +509,36 @@ def batch_round(
             runs[name] = drain_rate(monitor_cycle(monitor, receiver, now), count)
         else:
             runs[name] = batch_rate(batch_cycles(monitor, receiver, now), count)
+    # The batch loops (loops.py) at the same settings (their own BEGIN and COMMIT change
+    # neither the journal nor synchronous), on lifecycles' schema without rules indexes.
+    for name in ("raw batches", "checked batches"):
+        connection = sqlite3.connect(
+            directory / f"{name.split()[0]}-batches-{round_number}.db", isolation_level=None)
+        opened.append(connection)
+        monitor = lifecycles_monitor.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
+        drop_rules_indexes(connection)
+        items.fill(connection, count, "?")
+        loop = (RawBatchSQLite(connection, receiver, now) if name == "raw batches" else
+                CheckedBatchSQLite(connection, Checks(monitor, receiver, now, WORKER,
+                                                      LEASE_SECONDS)))
+        runs[name] = batch_rate(loop_batches(loop.batch), count)
     try:
         return {name: runs[name]() for name in alternating(list(runs), round_number)}
     finally:
         for connection in opened:
             connection.close()
+
+
+def loop_batches(batch: Callable[[int], int]) -> Callable[[int], int]:
+    """A batch loop's ``batch(limit)`` until ``count`` items are done, as ``batch_cycles``."""
+
+    def run(count: int) -> int:
+        done = 0
+        while done < count and (finished := batch(min(BATCH_LIMIT, count - done))):
+            done += finished
+        return done
+
+    return run
 
 
 def section_batches(args: argparse.Namespace, items: Items, receiver: Receiver) -> bool:
@@ -528,6 +562,14 @@ def section_batches(args: argparse.Namespace, items: Items, receiver: Receiver) 
     passed = ratio >= BATCH_TARGET
     print(f"   run_many(limit={BATCH_LIMIT})/reference run_once {ratio:.1f}x"
           f"  target >= {BATCH_TARGET:g}x  {verdict(passed)}")
+    floor = statistics.median(r["raw batches"] / r["reference"] for r in rounds)
+    print(f"   raw batches/reference run_once {floor:.1f}x: the same batches, no checks")
+    ceiling("checked batches/reference run_once",
+            [r["checked batches"] / r["reference"] for r in rounds], "rounds",
+            BATCH_TARGET, "x")
+    kept = statistics.median(r["lifecycles run_many"] / r["checked batches"] for r in rounds)
+    print(f"   run_many/checked batches {kept:.2f}: what lifecycles' machinery keeps of the"
+          " checked batches' rate")
     return passed
 
 

@@ -21,8 +21,15 @@
   implementation making these checks: its rate over the raw loop's is a ceiling of the
   ratio targets, which ``bench_throughput.py`` prints beside them.
 
+* **batches** (``RawBatchSQLite``, ``CheckedBatchSQLite``): the same two loops for
+  ``run_many``: one transaction leasing up to ``limit`` due records (one SELECT in claim
+  order, the leases by one ``executemany``), the reader for each outside any
+  transaction, one transaction completing them all (one ``executemany``); the checked
+  one makes, per item, the checks listed above. Measured against the reference's
+  ``run_once`` at default settings, ``checked`` is the ceiling of the batch target.
+
 ``tests/tools/test_benchmark_loops.py`` holds every loop to writing exactly the rows
-lifecycles' ``run_once`` writes. No reference components are needed here.
+lifecycles' ``run_once`` (and ``run_many``) writes. No reference components are needed here.
 """
 
 from __future__ import annotations
@@ -288,3 +295,84 @@ class CheckedPostgres:
         if cursor.rowcount != 1:
             raise RuntimeError(f"checked completion of {done.event_id} lost")
         return True
+
+
+# --- the batch loops (run_many) --------------------------------------------------------
+
+
+class RawBatchSQLite:
+    """The floor of a batch on SQLite: BEGIN IMMEDIATE, up to ``limit`` due records in
+    claim order (one SELECT), their leases (one ``executemany``), COMMIT; the reader for
+    each; BEGIN IMMEDIATE, the completions (one ``executemany``, compare-and-set on the
+    event and its token), COMMIT. No checks."""
+
+    def __init__(self, connection: sqlite3.Connection, receiver: Receiver, now: float) -> None:
+        self.connection, self.receiver, self.now = connection, receiver, now
+        self.select = (
+            f"SELECT event_id, site_id FROM {TABLE} INDEXED BY {TABLE}_claim_order"
+            f" WHERE status IN ({claimable()}) AND next_poll_at <= ?"
+            f" ORDER BY {claim_order()} LIMIT ?"
+        )
+        self.lease = RawSQLite(connection, receiver, now).lease
+        self.complete = complete_statement("?")
+
+    def batch(self, limit: int) -> int:
+        """One batch of at most ``limit`` items; how many it finished (0: none was due)."""
+        connection, now = self.connection, self.now
+        connection.execute("BEGIN IMMEDIATE")
+        found = connection.execute(self.select, (now, limit)).fetchall()
+        leased = [(event_id, site_id, secrets.token_urlsafe(32)) for event_id, site_id in found]
+        connection.executemany(self.lease, [
+            (WORKER, token, now + LEASE_SECONDS, now, event_id) for event_id, _, token in leased
+        ])
+        connection.execute("COMMIT")
+        if not leased:
+            return 0
+        replies = [self.receiver(event_id, site_id) for event_id, site_id, _ in leased]
+        connection.execute("BEGIN IMMEDIATE")
+        done = connection.executemany(self.complete, [
+            complete_params(reply, now, event_id, token)
+            for reply, (event_id, _, token) in zip(replies, leased, strict=True)
+        ])
+        if done.rowcount != len(leased):
+            raise RuntimeError("a raw batch completion was lost")
+        connection.execute("COMMIT")
+        return len(leased)
+
+
+class CheckedBatchSQLite:
+    """``RawBatchSQLite`` plus the checks of :class:`Checks` for every item: each due
+    record read whole and checked, leased by the table's row; each answer read through
+    its rules and the completion fired by the table."""
+
+    def __init__(self, connection: sqlite3.Connection, checks: Checks) -> None:
+        self.connection, self.checks = connection, checks
+        self.select = (
+            f"SELECT {checks.columns} FROM {TABLE} INDEXED BY {TABLE}_claim_order"
+            f" WHERE status IN ({claimable()}) AND next_poll_at <= ?"
+            f" ORDER BY {claim_order()} LIMIT ?"
+        )
+        self.lease = lease_statement("?")
+        self.complete = complete_statement("?")
+
+    def batch(self, limit: int) -> int:
+        connection, checks = self.connection, self.checks
+        connection.execute("BEGIN IMMEDIATE")
+        claimed = [checks.claimed(row) for row in
+                   connection.execute(self.select, (checks.now, limit)).fetchall()]
+        connection.executemany(self.lease, [
+            [*values(record, LEASED), record.event_id] for record in claimed
+        ])
+        connection.execute("COMMIT")
+        if not claimed:
+            return 0
+        finished = [checks.completed(record) for record in claimed]
+        connection.execute("BEGIN IMMEDIATE")
+        done = connection.executemany(self.complete, [
+            [*values(record, COMPLETED), record.event_id, was.lease_token]
+            for record, was in zip(finished, claimed, strict=True)
+        ])
+        if done.rowcount != len(claimed):
+            raise RuntimeError("a checked batch completion was lost")
+        connection.execute("COMMIT")
+        return len(claimed)

@@ -27,9 +27,11 @@ from loops import (  # the benchmarks are scripts, not a package on the path
     LEASE_SECONDS,
     TABLE,
     WORKER,
+    CheckedBatchSQLite,
     CheckedPostgres,
     CheckedSQLite,
     Checks,
+    RawBatchSQLite,
     RawPostgres,
     RawSQLite,
 )
@@ -84,6 +86,36 @@ def test_each_sqlite_loop_writes_what_run_once_writes(tmp_path: Path) -> None:
         assert loop() is False  # nothing due: the loop says so and writes nothing
         drained[kind] = rows(connection)
         connection.close()
+    assert {row[5] for row in drained["lifecycles"]} == {"watching"}
+    assert drained["raw"] == drained["lifecycles"]
+    assert drained["checked"] == drained["lifecycles"]
+
+
+def test_each_batch_loop_writes_what_run_many_writes(tmp_path: Path) -> None:
+    """The batch loops (run_many's floor and ceiling) lease in claim order, at most
+    ``limit`` items a batch, and write what ``run_many`` writes."""
+    drained: dict[str, list[tuple[Any, ...]]] = {}
+    batches: dict[str, list[int]] = {}
+    for kind in ("lifecycles", "raw", "checked"):
+        connection = sqlite3.connect(tmp_path / f"batch-{kind}.db")
+        monitor = registered(connection)
+        batch: Callable[[int], int]
+        if kind == "lifecycles":
+            def batch(limit: int, monitor: DurableTerminalProcessingMonitor = monitor) -> int:
+                return len(monitor.run_many(receiver, WORKER, now=NOW, limit=limit))
+        else:
+            connection.isolation_level = None  # the loops write their own BEGIN and COMMIT
+            batch = (RawBatchSQLite(connection, receiver, NOW).batch if kind == "raw" else
+                     CheckedBatchSQLite(connection, Checks(
+                         monitor, receiver, NOW, WORKER, LEASE_SECONDS)).batch)
+        sizes = []
+        while done := batch(5):
+            sizes.append(done)
+        batches[kind] = sizes
+        drained[kind] = rows(connection)
+        connection.close()
+    assert batches["lifecycles"] == [5, 5, 2]
+    assert batches["raw"] == batches["checked"] == batches["lifecycles"]
     assert {row[5] for row in drained["lifecycles"]} == {"watching"}
     assert drained["raw"] == drained["lifecycles"]
     assert drained["checked"] == drained["lifecycles"]
