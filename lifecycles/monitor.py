@@ -379,17 +379,42 @@ class DurableTerminalProcessingMonitor:
         count = _checked(batch_limit, limit)
         claimed = self._claim_many(worker_id, moment, lease_seconds, count)
         steps = [self._poll(reader, record, moment) for record in claimed]
-        results: list[TerminalProcessingOutcome | TerminalProcessingMonitorBlocked] = []
+        results: list[TerminalProcessingOutcome | TerminalProcessingMonitorBlocked | None]
+        results = [step if isinstance(step, TerminalProcessingMonitorBlocked) else None
+                   for step in steps]
         with public_errors(self.store), self.store.transaction():
-            for record, step in zip(claimed, steps, strict=True):
+            # Each completion decided first, then all written together; an item whose
+            # write finds its record changed (or whose step the table refuses on the
+            # record as claimed) is decided again alone, on the record as stored.
+            planned: list[tuple[int, PollStep, lease_protocol.Grant]] = []
+            alone: list[tuple[int, PollStep]] = []
+            for at, (record, step) in enumerate(zip(claimed, steps, strict=True)):
                 if isinstance(step, TerminalProcessingMonitorBlocked):
-                    results.append(step)
                     continue
                 try:
-                    results.append(outcome_of(self._finish(record, step)))
+                    with public_errors(self.store):
+                        grant = lease_protocol.planned_completion(MONITOR, record, step.fire)
                 except (LeaseLost, StateInvalid) as refusal:  # this item's alone
-                    results.append(refusal)
-        return results
+                    results[at] = refusal
+                    continue
+                if grant is None:
+                    alone.append((at, step))
+                else:
+                    planned.append((at, step, grant))
+            written = self.store.put_many([(g.before, g.after, g.row) for _, _, g in planned])
+            for (at, step, grant), done in zip(planned, written, strict=True):
+                if done:
+                    results[at] = outcome_of(grant.after)
+                else:
+                    alone.append((at, step))
+            for at, step in sorted(alone, key=lambda item: item[0]):
+                try:
+                    results[at] = outcome_of(self._finish(claimed[at], step))
+                except (LeaseLost, StateInvalid) as refusal:
+                    results[at] = refusal
+        finished = [result for result in results if result is not None]
+        assert len(finished) == len(claimed)  # each item: its outcome or its refusal
+        return finished
 
     def _poll(
         self, reader: Callable[[str, str], Any], claimed: MonitorRecord, now: float

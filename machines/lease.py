@@ -44,7 +44,7 @@ next step):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -84,6 +84,8 @@ class LeaseQueries(Protocol[R]):
     def claim_in_place(self, inputs: Any) -> object: ...
 
     def put(self, before: R, after: R, row: Row) -> None: ...
+
+    def put_many(self, writes: Sequence[tuple[R, R, Row]]) -> list[bool]: ...
 
     def check_schema(self) -> None: ...
 
@@ -286,20 +288,25 @@ def claim_many(
         inputs = first
         while len(granted) < limit:
             # One query for as many candidates as are wanted: a batch costs one walk of
-            # the claim order, not one per record.
+            # the claim order, not one per record; its grants are written together.
             wanted = limit - len(granted)
             candidates = store.due(first.now, wanted, passed_over)
+            grants: list[Grant] = []
             for candidate in candidates:
                 decision = decide_claim(lifecycle, candidate, inputs)
                 if isinstance(decision, PassOver):
                     passed_over |= {decision.key}
                     continue
                 assert decision is not None  # a candidate was given
-                store.put(decision.before, decision.after, decision.row)
+                grants.append(decision)
+                inputs = inputs_for(len(granted) + len(grants))
+            written = store.put_many([(grant.before, grant.after, grant.row) for grant in grants])
+            for grant, done in zip(grants, written, strict=True):
+                if not done:  # changed under the claim: the write again raises the store's
+                    store.put(grant.before, grant.after, grant.row)  # refusal, rolling back
                 if on_lease is not None:
-                    on_lease(decision.after)
-                granted.append(decision.after)
-                inputs = inputs_for(len(granted))
+                    on_lease(grant.after)
+                granted.append(grant.after)
             if len(candidates) < wanted:
                 break  # nothing more is due
     return granted
@@ -379,3 +386,24 @@ def complete(
                 raise LostRace(f"{key} is no longer stored")
             current = found
         return step(current, fire_again or fire)
+
+
+def planned_completion(lifecycle: Lifecycle[R, Any], held: R, step: StepOn[R]) -> Grant | None:
+    """What :func:`complete` first writes, decided without writing: ``step`` fired on
+    ``held`` by the table alone, as the :class:`Grant` of its one write (a batch writes
+    many together with ``put_many``). ``None`` when the table refuses the step on
+    ``held`` (then :func:`complete` decides on the record as stored); other refusals
+    propagate. A step that fires more than one row is not planned: ``None`` too."""
+    fired: list[Grant] = []
+
+    def fire(trigger: str, record: R, inputs: Any) -> R:
+        row = lifecycle.select_row(trigger, record, inputs)
+        after = lifecycle.apply_row(row, record, inputs)  # checks every invariant
+        fired.append(Grant(record, row, after))
+        return after
+
+    try:
+        step(held, fire)
+    except TransitionRefused:
+        return None
+    return fired[0] if len(fired) == 1 else None

@@ -37,7 +37,7 @@ nothing about leases and a store for a lifecycle without one implements neither.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -117,6 +117,8 @@ class LeasingStore(Protocol[R]):
     def transaction(self) -> AbstractContextManager[None]: ...
 
     def put(self, before: R, after: R, row: Row) -> None: ...
+
+    def put_many(self, writes: Sequence[tuple[R, R, Row]]) -> list[bool]: ...
 
     def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None:
         """The claimable record due at ``now`` that is first in the lease order.
@@ -210,6 +212,22 @@ class Store(ABC, Generic[R]):
         watching). Outside a transaction ``put`` is a transaction of its own. Raises
         :class:`StaleRecord` and changes nothing otherwise.
         """
+
+    def put_many(self, writes: Sequence[tuple[R, R, Row]]) -> list[bool]:
+        """:meth:`put` each ``(before, after, row)`` of ``writes``, in order; whether each
+        was written (``False``: its record had changed since it was read, and nothing
+        was written for it). A batch (``run_many``, a batch claim) writes this way: a
+        store may run the statements back to back, and a stale record costs only its
+        own write."""
+        written = []
+        for before, after, row in writes:
+            try:
+                self.put(before, after, row)
+            except StaleRecord:
+                written.append(False)
+            else:
+                written.append(True)
+        return written
 
     @abstractmethod
     def count_by_status(self) -> dict[str, int]:

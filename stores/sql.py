@@ -28,7 +28,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle, Row
@@ -67,6 +67,17 @@ AS_STORED_LIMIT = 4096
 # --- the store -----------------------------------------------------------------------
 
 
+class _Write(NamedTuple):
+    """One planned compare-and-set: its statement inside a transaction, its parameters,
+    and what the store needs to remember the row written (a tuple: one per write)."""
+
+    statement: str
+    params: list[Any]
+    row: Row
+    stored: Sequence[Any] | None  # the replaced record's column values, where known
+    written: list[Any]  # the values of the row's fields, encoded
+
+
 class SQLStore(Store[R], ABC):
     """A lifecycle's records in one SQL table, compare-and-set on every write.
 
@@ -94,8 +105,11 @@ class SQLStore(Store[R], ABC):
         codecs = {column.name: self.dialect.codec(column) for column in self.schema.columns}
         self._encoders = {name: encode for name, (encode, _) in codecs.items()}
         self._field_encoders: dict[tuple[str, ...], Callable[[R], list[Any]]] = {}
-        # Records read or written lately, by identity, with their column values as stored.
-        self._as_stored: dict[int, tuple[R, Sequence[Any]]] = {}
+        # Records read or written lately, by identity, with their column values as stored
+        # and the write-locked transaction that read or wrote them (None: none).
+        self._as_stored: dict[int, tuple[R, Sequence[Any], int | None]] = {}
+        self._transactions = 0  # outermost transactions begun, numbering them
+        self._locked: int | None = None  # the write-locked one open now, if any
         # Only the fields not stored natively are decoded: reads pay for nothing else.
         self._decoders = [
             (name, decode) for name, (_, decode) in codecs.items() if decode is not as_is
@@ -202,6 +216,7 @@ class SQLStore(Store[R], ABC):
         names = list(self.schema.column_names)
         self._compared_at = [names.index(name) for name in self._compared]
         self._updates: dict[Row, tuple[str, str, tuple[str, ...]]] = {}
+        self._keyed_updates: dict[Row, str] = {}
         self._written_at: dict[Row, list[int]] = {}
         for row in lifecycle.rows:
             fields = lifecycle.writes(row)
@@ -209,6 +224,8 @@ class SQLStore(Store[R], ABC):
             assignments = ", ".join(f"{quote(name)} = {p}" for name in fields)
             update = f"UPDATE {table} SET {assignments} WHERE {whole}"
             self._updates[row] = (update, update + unprobed, fields)
+            # A record read under the write lock of the transaction writing it (see put).
+            self._keyed_updates[row] = f"UPDATE {table} SET {assignments} WHERE {key} = {p}"
         self._leasing = (
             None if lease is None else LeaseStatements.build(d, self.schema, self._select)
         )
@@ -226,12 +243,16 @@ class SQLStore(Store[R], ABC):
             return
         with self.outermost():
             self._depth = 1
+            self._transactions += 1
+            if self.dialect.write_locked:
+                self._locked = self._transactions
             try:
                 if self._verified:
                     self._probe()  # before anything else the transaction reads or writes
                 yield
             finally:
                 self._depth = 0
+                self._locked = None
 
     def _probe(self) -> None:
         token = self.dialect.read_probe(self.schema, self.run(*self._probe_statement))
@@ -295,7 +316,7 @@ class SQLStore(Store[R], ABC):
         a JSON column otherwise than its encoding does, and it is still the row read)."""
         if len(self._as_stored) >= AS_STORED_LIMIT:
             self._as_stored.clear()
-        self._as_stored[id(record)] = (record, stored)
+        self._as_stored[id(record)] = (record, stored, self._locked)
 
     def get(self, key: str) -> R | None:
         rows = self._fetch(self._get, (key,))
@@ -409,24 +430,62 @@ class SQLStore(Store[R], ABC):
         from or written as, where the store still knows them (:meth:`_remember`), else
         with ``before`` encoded. Inside a transaction one statement (the transaction
         probed the schema); outside one, a statement that is a transaction of its own and
-        also matches the schema as verified."""
-        in_transaction, alone, fields = self._updates[row]
-        written = self._encode(after, fields)
-        known = self._as_stored.get(id(before))
-        stored = known[1] if known is not None and known[0] is before else None
-        params = [*written, *(self._encode(before, self._compared) if stored is None else
-                              [stored[at] for at in self._compared_at])]
+        also matches the schema as verified.
+
+        A record read (or written) in this same transaction, where the dialect's
+        transactions hold the write lock from their start (SQLite's ``BEGIN
+        IMMEDIATE``), is written by its key alone: no other connection can have changed
+        it since, so the comparison could only succeed (a claim leasing the due records
+        it has just read, under the lock, is the common case).
+        """
+        write = self._planned(before, after, row)
         if self._depth:
-            changed = self.change(in_transaction, params)
+            changed = self.change(write.statement, write.params)
         else:
-            changed = self.alone(alone, [*params, *self._guard_params])
+            alone = self._updates[row][1]
+            changed = self.alone(alone, [*write.params, *self._guard_params])
             if changed == 0:
                 self.check_schema()  # an altered schema is refused as such, not as a race
         if changed != 1:
             raise StaleRecord(f"{self.lifecycle.key_of(before)} changed since it was read")
-        if stored is not None:
-            now_stored = list(stored)
-            for at, value in zip(self._written_at[row], written, strict=True):
+        self._wrote(after, write)
+
+    def put_many(self, writes: Sequence[tuple[R, R, Row]]) -> list[bool]:
+        """Inside a transaction, every statement back to back once all are encoded (the
+        engine's caches stay warm between them: a batch's writes cost about a third
+        less than with the work of each record in between); outside one, each ``put``."""
+        if not self._depth:
+            return super().put_many(writes)
+        planned = [self._planned(before, after, row) for before, after, row in writes]
+        change = self.change
+        changed = [change(write.statement, write.params) for write in planned]
+        for (_, after, _), write, count in zip(writes, planned, changed, strict=True):
+            if count == 1:
+                self._wrote(after, write)
+        return [count == 1 for count in changed]
+
+    def _planned(self, before: R, after: R, row: Row) -> _Write:
+        """The statement (for inside a transaction) and the parameters writing ``after``
+        over ``before`` by ``row`` (see :meth:`put`)."""
+        in_transaction, _, fields = self._updates[row]
+        written = self._encode(after, fields)
+        known = self._as_stored.get(id(before))
+        stored: Sequence[Any] | None = None
+        if known is not None and known[0] is before:
+            stored = known[1]
+            if self._locked is not None and known[2] == self._locked:
+                keyed = self._keyed_updates[row]
+                return _Write(keyed, [*written, stored[self._key_at]], row, stored, written)
+        compared = (self._encode(before, self._compared) if stored is None else
+                    [stored[at] for at in self._compared_at])
+        return _Write(in_transaction, [*written, *compared], row, stored, written)
+
+    def _wrote(self, after: R, write: _Write) -> None:
+        """``after`` is stored now: remember its column values where the write's record's
+        were known (the rest of the row is as it was)."""
+        if write.stored is not None:
+            now_stored = list(write.stored)
+            for at, value in zip(self._written_at[write.row], write.written, strict=True):
                 now_stored[at] = value
             self._remember(after, now_stored)
 

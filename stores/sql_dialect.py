@@ -48,6 +48,10 @@ class Dialect(ABC):
     #: names a row in any table then (``HealthQueries.rules_indexes``).
     indexes_rules: ClassVar[bool] = False
     row_id: ClassVar[str] = ""
+    #: Whether the outermost transaction holds the database's write lock from its first
+    #: statement, so a row read in it cannot change before it ends but by this connection
+    #: (``SQLStore.put`` then writes a record read in it by its key alone).
+    write_locked: ClassVar[bool] = False
 
     @abstractmethod
     def quote(self, identifier: str) -> str:

@@ -9,7 +9,7 @@ protocol is shown to need nothing but the queries.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -91,6 +91,11 @@ class Answers:
             raise StaleRecord("another worker moved first")
         self.written.append(f"{row.trigger}:{MONITOR.key_of(before)}")
         self.records[MONITOR.key_of(after)] = after
+
+    def put_many(self, writes: Sequence[tuple[Any, Any, Row]]) -> list[bool]:
+        for before, after, row in writes:
+            self.put(before, after, row)  # inside the protocol's transaction: never stale
+        return [True] * len(writes)
 
 
 # --- the sets come from the table ---------------------------------------------------
