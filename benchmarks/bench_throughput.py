@@ -3,7 +3,7 @@
     python benchmarks/bench_throughput.py [--items 1000] [--rounds 5]
         [--pg-seconds 1.5] [--pg-ceiling-seconds 5] [--pg-rounds 3] [--pg-items 20000]
         [--dsn DSN]
-        [--batch-items 500] [--batch-rounds 3] [--sections wal postgres batches]
+        [--batch-items 1000] [--batch-rounds 7] [--sections wal postgres batches]
 
 Three figures, each from contestants measured in alternating rounds (A B C, then C B A)
 in this one run, medians over the rounds; a ratio is the median of the ratios measured
@@ -586,8 +586,8 @@ def main() -> int:
     parser.add_argument("--pg-rounds", type=int, default=3, help="PostgreSQL: rounds")
     parser.add_argument("--pg-items", type=int, default=20_000, help="PostgreSQL: table size")
     parser.add_argument("--dsn", default=os.environ.get(DSN_VARIABLE) or LOCAL_DSN)
-    parser.add_argument("--batch-items", type=int, default=500, help="batches: items per round")
-    parser.add_argument("--batch-rounds", type=int, default=3, help="batches: rounds")
+    parser.add_argument("--batch-items", type=int, default=1_000, help="batches: items per round")
+    parser.add_argument("--batch-rounds", type=int, default=7, help="batches: rounds")
     parser.add_argument("--sections", nargs="*", default=["wal", "postgres", "batches"],
                         choices=["wal", "postgres", "batches"])
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target fails")

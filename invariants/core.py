@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import attrs
 
@@ -267,6 +267,9 @@ class InvariantSet(Generic[R]):
         duplicated = sorted({name for name in names if names.count(name) > 1})
         if duplicated:
             raise ValueError(f"invariants declared twice: {duplicated}")
+        self._all_hold = _conjunction(self.invariants)
+        self._steps_hold = _step_conjunction(self.steps, with_inputs=True)
+        self._steps_hold_without_inputs = _step_conjunction(self.steps, with_inputs=False)
 
     def __iter__(self) -> Iterator[Invariant[R]]:
         return iter(self.invariants)
@@ -275,7 +278,12 @@ class InvariantSet(Generic[R]):
         return len(self.invariants)
 
     def broken(self, record: R) -> list[str]:
-        """Names of the invariants ``record`` breaks (empty when it is valid)."""
+        """Names of the invariants ``record`` breaks (empty when it is valid).
+
+        First every invariant at once, as one conjunction (:func:`_conjunction`); only
+        a record breaking some rule is asked rule by rule, for the names."""
+        if self._all_hold(record):
+            return []
         return [rule.name for rule in self.invariants if not rule.holds(record)]
 
     def check(self, record: R) -> R:
@@ -304,6 +312,46 @@ class InvariantSet(Generic[R]):
         if broken:
             raise StepViolation(self.code, broken)
         return after
+
+
+def _conjunction(invariants: tuple[Invariant[R], ...]) -> Callable[[R], bool]:
+    """Whether a record holds every one of ``invariants``: one compiled function, which
+    evaluates the expressed invariants inline (no call per rule) and then calls the
+    others, each in turn until one fails. Its verdict is every rule's together: each
+    rule holds iff its own function's value is true, and ``and`` is true iff all are
+    (a rule that raises raises here too, or, after a false one, when the rules are then
+    asked one by one)."""
+    expressed = [rule.expression for rule in invariants if rule.expression is not None]
+    space: dict[str, Any] = {}
+    calls = []
+    if expressed:
+        space["together"] = python_function(
+            all_of(*expressed), ("r",), name="every_invariant", record="r")
+        calls.append("together(r)")
+    for number, rule in enumerate(invariants):
+        if rule.expression is None:
+            space[f"rule{number}"] = rule.holds
+            calls.append(f"rule{number}(r)")
+    if calls == ["together(r)"]:
+        return cast(Callable[[R], bool], space["together"])
+    return cast(Callable[[R], bool], eval(f"lambda r: bool({' and '.join(calls) or 'True'})",
+                                          space))
+
+
+def _step_conjunction(
+    steps: tuple[StepInvariant[R], ...], *, with_inputs: bool
+) -> Callable[..., bool]:
+    """Whether a step holds every step invariant (those reading inputs only
+    ``with_inputs``): one generated function calling each in turn, without a loop."""
+    space: dict[str, Any] = {}
+    calls = []
+    for number, rule in enumerate(steps):
+        if rule.reads_inputs and not with_inputs:
+            continue
+        space[f"rule{number}"] = rule.holds
+        calls.append(f"rule{number}(b, a, i)" if rule.reads_inputs else f"rule{number}(b, a)")
+    body = " and ".join(calls) or "True"
+    return cast(Callable[..., bool], eval(f"lambda b, a, i=None: bool({body})", space))
 
 
 def field_rules(record_type: type) -> list[tuple[str, FieldRule]]:

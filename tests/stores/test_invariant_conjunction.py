@@ -1,0 +1,150 @@
+"""An invariant set asks every rule at once first: one compiled conjunction
+(``InvariantSet._all_hold``), the expressed rules inline and the Python ones called in
+turn; only a record breaking some rule is asked rule by rule, for the names.
+
+So the conjunction must say "valid" exactly when every rule, asked alone, holds: on
+generated monitor records (valid ones in every status with columns swapped for other
+records' values, so that many break some invariant), on a set mixing both kinds of rule,
+and on rules answering with values that are merely true or false, or raising.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_rules_in_sql import COLUMNS, SQLITE_VALUES, TEMPLATES, mutated, rows_of
+
+from lifecycles.invariants.core import (
+    InvariantSet,
+    InvariantViolation,
+    StepViolation,
+    build_record,
+    expressed,
+    invariant,
+    step_invariant,
+)
+from lifecycles.invariants.expressions import Fields
+from lifecycles.invariants.monitor import MONITOR_INVARIANTS, STATE_INVALID, MonitorRecord
+
+# Valid records with up to three columns taken from other valid records: every field holds
+# its rule, and many such records break an invariant.
+SWAPPED = st.lists(
+    st.tuples(st.sampled_from(TEMPLATES), st.lists(
+        st.tuples(st.sampled_from(COLUMNS), st.sampled_from(TEMPLATES)), max_size=3)),
+    min_size=1, max_size=8,
+).map(lambda drawn: [
+    mutated(base, {column: other[column] for column, other in swaps}, index)
+    for index, (base, swaps) in enumerate(drawn)
+])
+
+
+@given(st.one_of(SWAPPED, rows_of(SQLITE_VALUES)))
+def test_every_monitor_invariant_at_once_is_each_invariant_in_turn(
+    rows: list[dict[str, Any]],
+) -> None:
+    for values in rows:
+        try:
+            record = build_record(MonitorRecord, values, STATE_INVALID)
+        except InvariantViolation:
+            continue  # a field breaks its rule: no record to ask
+        one_by_one = [rule.name for rule in MONITOR_INVARIANTS if not rule.holds(record)]
+        assert bool(MONITOR_INVARIANTS._all_hold(record)) is not one_by_one
+        assert MONITOR_INVARIANTS.broken(record) == one_by_one
+
+
+@attrs.frozen
+class Tally:
+    count: int
+    limit: int
+    note: Any = None
+
+
+@expressed
+def count_within_limit(r: Fields[Tally]) -> Any:
+    """count is at most limit."""
+    return r.count <= r.limit
+
+
+@invariant
+def note_is_truthy_or_absent(t: Tally) -> Any:
+    """note, when there is one, is truthy (the rule answers with the note itself)."""
+    return t.note if t.note is not None else 1
+
+
+@invariant
+def limit_is_not_thirteen(t: Tally) -> bool:
+    """limit is not 13; for limit 99 the rule itself raises."""
+    if t.limit == 99:
+        raise RuntimeError("the rule broke")
+    return t.limit != 13
+
+
+MIXED = InvariantSet("tally.invalid", [count_within_limit, note_is_truthy_or_absent,
+                                       limit_is_not_thirteen])
+
+
+@pytest.mark.parametrize(("tally", "broken"), [
+    (Tally(1, 2), []),
+    (Tally(1, 2, note="yes"), []),
+    (Tally(3, 2), ["count_within_limit"]),
+    (Tally(1, 2, note=""), ["note_is_truthy_or_absent"]),
+    (Tally(14, 13, note=0), ["count_within_limit", "note_is_truthy_or_absent",
+                             "limit_is_not_thirteen"]),
+])
+def test_a_set_of_expressed_and_python_rules_names_what_each_rule_alone_says(
+    tally: Tally, broken: list[str],
+) -> None:
+    assert MIXED.broken(tally) == broken
+    assert bool(MIXED._all_hold(tally)) is not broken
+    if broken:
+        with pytest.raises(InvariantViolation) as raised:
+            MIXED.check(tally)
+        assert raised.value.rules == tuple(broken) and raised.value.code == "tally.invalid"
+    else:
+        assert MIXED.check(tally) is tally
+
+
+@pytest.mark.parametrize("tally", [Tally(1, 99), Tally(100, 99)])
+def test_a_rule_that_raises_raises_whether_or_not_another_rule_fails(tally: Tally) -> None:
+    with pytest.raises(RuntimeError, match="the rule broke"):
+        MIXED.broken(tally)
+
+
+@step_invariant
+def count_never_drops(before: Tally, after: Tally) -> bool:
+    """count never decreases."""
+    return after.count >= before.count
+
+
+@step_invariant
+def limit_moves_only_when_asked(before: Tally, after: Tally, inputs: Any) -> bool:
+    """limit changes only when the inputs allow it."""
+    return after.limit == before.limit or bool(inputs)
+
+
+STEPS = InvariantSet("tally.invalid", [], steps=[count_never_drops, limit_moves_only_when_asked])
+
+
+@pytest.mark.parametrize(("after", "inputs", "broken"), [
+    (Tally(2, 5), False, []),
+    (Tally(0, 5), False, ["count_never_drops"]),
+    (Tally(2, 6), False, ["limit_moves_only_when_asked"]),
+    (Tally(2, 6), True, []),
+    (Tally(2, 6), None, []),  # without inputs, the rules reading them are not asked
+    (Tally(0, 6), None, ["count_never_drops"]),
+    (Tally(0, 6), False, ["count_never_drops", "limit_moves_only_when_asked"]),
+])
+def test_step_rules_at_once_are_each_step_rule_in_turn(
+    after: Tally, inputs: Any, broken: list[str],
+) -> None:
+    before = Tally(1, 5)
+    assert STEPS.broken_steps(before, after, inputs) == broken
+    if broken:
+        with pytest.raises(StepViolation):
+            STEPS.check_step(before, after, inputs)
+    else:
+        assert STEPS.check_step(before, after, inputs) is after
