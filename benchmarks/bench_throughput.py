@@ -43,8 +43,8 @@ pending to watching, with its next poll 30 s ahead.
    batches`` (the raw batches plus lifecycles' checks): checked batches/reference is the
    ceiling of the target for any implementation making those checks.
 
-The default run takes about two minutes on a 2-core machine (most of it in section 2,
-whose table is refilled 24 times; section 3 waits on the disk's fsyncs);
+The default run takes about three minutes on a 2-core machine (section 2 refills its table
+24 times; section 3 waits on the disk's fsyncs, 7 rounds because they swing);
 ``--rounds``, ``--pg-rounds``, ``--pg-seconds``, ``--batch-rounds`` and the item counts
 deepen it. The machine is shared and noisy: read the ratios, not the absolute rates.
 """
