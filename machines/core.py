@@ -279,6 +279,9 @@ class Lifecycle(Generic[R, I]):
         self.machine = self._build_machine()
         self._dispatch: dict[tuple[str, str], GuardPlan] = {}
         self._evolve: Callable[[R, dict[str, Any]], R] = evolver(self.record_type)
+        self.build: Callable[..., R] = builder(self.record_type)
+        """``record_type(**values)``, as generated code (:func:`builder`): how stores
+        build the records they read."""
         # apply_row's lookups, once: each effect's declared writes, each status's member.
         self._writes = {name: frozenset(e.writes) for name, e in self.effects.items()}
         self._members = {status.value: status for status in self.statuses}
@@ -504,14 +507,7 @@ def evolver(record_type: type[R]) -> Callable[[R, dict[str, Any]], R]:
     hooks, fields outside ``__init__`` or aliased, converters taking the instance or field.
     """
     fields: tuple[attrs.Attribute[Any], ...] = attrs.fields(record_type)  # type: ignore[arg-type]
-    if (
-        hasattr(record_type, "__attrs_pre_init__")
-        or hasattr(record_type, "__attrs_post_init__")
-        or not all(field.init and field.alias == field.name and field.name.isidentifier()
-                   and not keyword.iskeyword(field.name) for field in fields)  # code reads them
-        or any(isinstance(field.converter, attrs.Converter) for field in fields)
-        or not all(_value_only(field.validator) for field in fields)
-    ):
+    if not _goes_straight(record_type, fields):
         return lambda record, changes: attrs.evolve(record, **changes)  # type: ignore[misc]
     # Straight-line code through the slots, rules inline, once per tuple of changed fields
     # (an effect writes the same ones each time): copying and looping were most of apply_row.
@@ -548,6 +544,54 @@ def evolver(record_type: type[R]) -> Callable[[R, dict[str, Any]], R]:
         return straight(tuple(changes))(record, changes)
 
     return evolve
+
+
+def _goes_straight(record_type: type, fields: tuple[attrs.Attribute[Any], ...]) -> bool:
+    """Whether generated code may build ``record_type`` as its ``__init__`` would: no
+    pre/post-init hooks, every field in ``__init__`` under its own name (code reads
+    them), converters of the value alone, validators that are named field rules."""
+    return not (
+        hasattr(record_type, "__attrs_pre_init__")
+        or hasattr(record_type, "__attrs_post_init__")
+        or not all(field.init and field.alias == field.name and field.name.isidentifier()
+                   and not keyword.iskeyword(field.name) and not field.name.startswith("_lc_")
+                   for field in fields)
+        or any(isinstance(field.converter, attrs.Converter) for field in fields)
+        or not all(_value_only(field.validator) for field in fields)
+    )
+
+
+def builder(record_type: type[R]) -> Callable[..., R]:
+    """``record_type(**values)`` as generated code: every field converted in order, then
+    every field rule checked in order, as attrs' ``__init__`` does (so the same error
+    comes first), without a call per validator; a record read is built this way. The
+    fields are the function's parameters, so a missing or unknown one is the same
+    ``TypeError``. Any class :func:`evolver` cannot go straight through, or with
+    defaults, is built by the class itself."""
+    fields: tuple[attrs.Attribute[Any], ...] = attrs.fields(record_type)  # type: ignore[arg-type]
+    if not _goes_straight(record_type, fields) or any(
+            field.default is not attrs.NOTHING for field in fields):
+        return record_type
+    space: dict[str, Any] = {"_lc_new": object.__new__, "_lc_kind": record_type,
+                             "_lc_broke": FieldRuleViolation}
+    converting, checking, setting = [], [], []
+    for at, field in enumerate(fields):
+        name = field.name
+        if field.converter is not None:
+            space[f"_lc_convert{at}"] = field.converter
+            converting.append(f"{name} = _lc_convert{at}({name})")
+        for part, rule in enumerate(_parts(field.validator)):  # FieldRule.__call__, inline
+            space[f"_lc_check{at}_{part}"] = rule.check
+            test = f"{'{name} is None or ' if rule.optional else ''}_lc_check{at}_{part}({name})"
+            checking.append(f"if not ({test.format(name=name)}):"
+                            f" raise _lc_broke({rule.name!r}, {name!r}, {name})")
+        space[f"_lc_put{at}"] = _setter(record_type, name)
+        setting.append(f"_lc_put{at}(_lc_made, {name})")
+    lines = [*converting, *checking, "_lc_made = _lc_new(_lc_kind)", *setting,
+             "return _lc_made"]
+    body = "".join(f"    {line}\n" for line in lines)
+    exec(f"def build({', '.join(field.name for field in fields)}):\n{body}", space)
+    return space["build"]  # type: ignore[no-any-return]
 
 
 def _setter(record_type: type, name: str) -> Callable[[Any, Any], None]:

@@ -245,9 +245,7 @@ class Store(ABC, Generic[R]):
         A violation names the stored record's key, so an operator can find the row.
         """
         try:
-            record = build_record(
-                self.lifecycle.record_type, values, self.lifecycle.invariants.code
-            )
+            record = build_record(self.lifecycle.build, values, self.lifecycle.invariants.code)
             return self.lifecycle.check(record)
         except InvariantViolation as error:
             if not error.keys:

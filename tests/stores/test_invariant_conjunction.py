@@ -1,4 +1,6 @@
-"""An invariant set asks every rule at once first: one compiled conjunction
+"""Generated code that stands for code written rule by rule must decide as it does.
+
+An invariant set asks every rule at once first: one compiled conjunction
 (``InvariantSet._all_hold``), the expressed rules inline and the Python ones called in
 turn; only a record breaking some rule is asked rule by rule, for the names.
 
@@ -6,6 +8,11 @@ So the conjunction must say "valid" exactly when every rule, asked alone, holds:
 generated monitor records (valid ones in every status with columns swapped for other
 records' values, so that many break some invariant), on a set mixing both kinds of rule,
 and on rules answering with values that are merely true or false, or raising.
+
+A store builds the records it reads with generated code too (``Lifecycle.build``): every
+field converted, then every field rule checked, in field order, as the class's own
+``__init__`` does. On the same generated rows, including hostile values, it builds the
+record the class builds, or refuses with the same rule.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from lifecycles.invariants.core import (
 )
 from lifecycles.invariants.expressions import Fields
 from lifecycles.invariants.monitor import MONITOR_INVARIANTS, STATE_INVALID, MonitorRecord
+from lifecycles.machines.monitor import MONITOR
 
 # Valid records with up to three columns taken from other valid records: every field holds
 # its rule, and many such records break an invariant.
@@ -54,6 +62,24 @@ def test_every_monitor_invariant_at_once_is_each_invariant_in_turn(
         one_by_one = [rule.name for rule in MONITOR_INVARIANTS if not rule.holds(record)]
         assert bool(MONITOR_INVARIANTS._all_hold(record)) is not one_by_one
         assert MONITOR_INVARIANTS.broken(record) == one_by_one
+
+
+def built(make: Any, values: dict[str, Any]) -> Any:
+    try:
+        return build_record(make, values, STATE_INVALID)
+    except InvariantViolation as error:
+        return error.rules
+
+
+@given(st.one_of(SWAPPED, rows_of(SQLITE_VALUES)))
+def test_a_record_read_is_built_as_its_class_builds_it(rows: list[dict[str, Any]]) -> None:
+    assert MONITOR.build is not MonitorRecord  # the generated builder, not the class
+    for values in rows:
+        assert built(MONITOR.build, values) == built(MonitorRecord, values)
+        fewer = {name: value for name, value in values.items() if name != "status"}
+        assert built(MONITOR.build, fewer) == built(MonitorRecord, fewer) == ("record_shape",)
+        more = {**values, "extra": 1}
+        assert built(MONITOR.build, more) == built(MonitorRecord, more) == ("record_shape",)
 
 
 @attrs.frozen
