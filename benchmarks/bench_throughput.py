@@ -3,7 +3,7 @@
     python benchmarks/bench_throughput.py [--items 1000] [--rounds 5]
         [--pg-seconds 1.5] [--pg-ceiling-seconds 5] [--pg-rounds 3] [--pg-items 20000]
         [--dsn DSN]
-        [--batch-items 1000] [--batch-rounds 7] [--sections wal postgres batches]
+        [--batch-items 1000] [--batch-rounds 11] [--sections wal postgres batches]
 
 Three figures, each from contestants measured in alternating rounds (A B C, then C B A)
 in this one run, medians over the rounds; a ratio is the median of the ratios measured
@@ -44,7 +44,7 @@ pending to watching, with its next poll 30 s ahead.
    ceiling of the target for any implementation making those checks.
 
 The default run takes about three minutes on a 2-core machine (section 2 refills its table
-24 times; section 3 waits on the disk's fsyncs, 7 rounds because they swing);
+24 times; section 3 waits on the disk's fsyncs, 11 rounds because they swing);
 ``--rounds``, ``--pg-rounds``, ``--pg-seconds``, ``--batch-rounds`` and the item counts
 deepen it. The machine is shared and noisy: read the ratios, not the absolute rates.
 """
@@ -587,7 +587,7 @@ def main() -> int:
     parser.add_argument("--pg-items", type=int, default=20_000, help="PostgreSQL: table size")
     parser.add_argument("--dsn", default=os.environ.get(DSN_VARIABLE) or LOCAL_DSN)
     parser.add_argument("--batch-items", type=int, default=1_000, help="batches: items per round")
-    parser.add_argument("--batch-rounds", type=int, default=7, help="batches: rounds")
+    parser.add_argument("--batch-rounds", type=int, default=11, help="batches: rounds")
     parser.add_argument("--sections", nargs="*", default=["wal", "postgres", "batches"],
                         choices=["wal", "postgres", "batches"])
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target fails")
