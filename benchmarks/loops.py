@@ -63,6 +63,15 @@ def claim_order() -> str:
     return ", ".join(MONITOR.lease.order_by)
 
 
+def due_in_claim_order(columns: str, limit: str) -> str:
+    """SQLite: the due records' ``columns`` through the claim-order index, in claim order."""
+    return (
+        f"SELECT {columns} FROM {TABLE} INDEXED BY {TABLE}_claim_order"
+        f" WHERE status IN ({claimable()}) AND next_poll_at <= ?"
+        f" ORDER BY {claim_order()} LIMIT {limit}"
+    )
+
+
 def complete_statement(param: str) -> str:
     """complete: the columns both monitors write for a 'pending' answer, compare-and-set on
     the event and its lease token, nothing checked."""
@@ -106,11 +115,7 @@ class RawSQLite:
 
     def __init__(self, connection: sqlite3.Connection, receiver: Receiver, now: float) -> None:
         self.connection, self.receiver, self.now = connection, receiver, now
-        self.select = (
-            f"SELECT event_id, site_id FROM {TABLE} INDEXED BY {TABLE}_claim_order"
-            f" WHERE status IN ({claimable()}) AND next_poll_at <= ?"
-            f" ORDER BY {claim_order()} LIMIT 1"
-        )
+        self.select = due_in_claim_order("event_id, site_id", "1")
         self.lease = (
             f"UPDATE {TABLE} SET status = 'leased', poll_attempts = poll_attempts + 1,"
             " lease_owner = ?, lease_token = ?, lease_expires_at = ?, last_error_code = NULL,"
@@ -235,11 +240,7 @@ class CheckedSQLite:
 
     def __init__(self, connection: sqlite3.Connection, checks: Checks) -> None:
         self.connection, self.checks = connection, checks
-        self.select = (
-            f"SELECT {checks.columns} FROM {TABLE} INDEXED BY {TABLE}_claim_order"
-            f" WHERE status IN ({claimable()}) AND next_poll_at <= ?"
-            f" ORDER BY {claim_order()} LIMIT 1"
-        )
+        self.select = due_in_claim_order(checks.columns, "1")
         self.lease = lease_statement("?")
         self.complete = complete_statement("?")
 
@@ -308,11 +309,7 @@ class RawBatchSQLite:
 
     def __init__(self, connection: sqlite3.Connection, receiver: Receiver, now: float) -> None:
         self.connection, self.receiver, self.now = connection, receiver, now
-        self.select = (
-            f"SELECT event_id, site_id FROM {TABLE} INDEXED BY {TABLE}_claim_order"
-            f" WHERE status IN ({claimable()}) AND next_poll_at <= ?"
-            f" ORDER BY {claim_order()} LIMIT ?"
-        )
+        self.select = due_in_claim_order("event_id, site_id", "?")
         self.lease = RawSQLite(connection, receiver, now).lease
         self.complete = complete_statement("?")
 
@@ -347,11 +344,7 @@ class CheckedBatchSQLite:
 
     def __init__(self, connection: sqlite3.Connection, checks: Checks) -> None:
         self.connection, self.checks = connection, checks
-        self.select = (
-            f"SELECT {checks.columns} FROM {TABLE} INDEXED BY {TABLE}_claim_order"
-            f" WHERE status IN ({claimable()}) AND next_poll_at <= ?"
-            f" ORDER BY {claim_order()} LIMIT ?"
-        )
+        self.select = due_in_claim_order(checks.columns, "?")
         self.lease = lease_statement("?")
         self.complete = complete_statement("?")
 
