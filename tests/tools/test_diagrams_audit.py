@@ -218,8 +218,17 @@ def codes_an_effect_or_poll_step_writes() -> set[str]:
         and node.left.id == "CODE" and isinstance(node.right, ast.Constant)
         and id(node) not in refusals
     }
-    if re.search(r"error_code=RESPONSE_INVALID", Path(monitor_machine.__file__).read_text()):
-        found.add(RESPONSE_INVALID)
+    # RESPONSE_INVALID given as an error code: ``error_code=`` or an ``"error_code":`` key.
+    for node in ast.walk(tree):
+        pairs: list[tuple[object, ast.AST]] = []
+        if isinstance(node, ast.keyword):
+            pairs = [(node.arg, node.value)]
+        elif isinstance(node, ast.Dict):
+            pairs = [(key.value if isinstance(key, ast.Constant) else None, value)
+                     for key, value in zip(node.keys, node.values, strict=True)]
+        if any(name == "error_code" and isinstance(value, ast.Name)
+               and value.id == "RESPONSE_INVALID" for name, value in pairs):
+            found.add(RESPONSE_INVALID)
     return found
 
 
