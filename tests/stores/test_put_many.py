@@ -10,12 +10,13 @@ batch's records again and writing those still as read by their key alone.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing
 from pathlib import Path
 
 import attrs
 import pytest
-from support.postgres import connect_in, temporary_schema
+from support.postgres import connect_in, require_postgres, temporary_schema
 from test_compare_as_stored import DOCS, Doc, DocStatus
 
 from lifecycles.stores.postgres import PostgresStore
@@ -25,15 +26,23 @@ from lifecycles.stores.sqlite import SQLiteStore
 FINISH = next(row for row in DOCS.rows if row.trigger == "finish")
 
 
+Opener = Callable[[], SQLStore[Doc]]
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLStore[Doc]]:
-    if request.param == "sqlite":
-        connection = sqlite3.connect(tmp_path / "docs.db")
-        yield SQLiteStore(DOCS, connection)
-        connection.close()
-    else:
-        with temporary_schema() as schema, connect_in(schema) as pg:
-            yield PostgresStore(DOCS, pg)
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Opens the test's store. Without a server, opening the PostgreSQL one skips the
+    test from support/postgres.py (a skip in the fixture would be reported per test)."""
+    with ExitStack() as stack:
+        def opened() -> SQLStore[Doc]:
+            if request.param == "sqlite":
+                connection = stack.enter_context(closing(sqlite3.connect(tmp_path / "docs.db")))
+                return SQLiteStore(DOCS, connection)
+            require_postgres()
+            schema = stack.enter_context(temporary_schema())
+            return PostgresStore(DOCS, stack.enter_context(connect_in(schema)))
+
+        yield opened
 
 
 def other_program_sets_note(store: SQLStore[Doc], key: str) -> None:
@@ -67,8 +76,9 @@ def stored(store: SQLStore[Doc]) -> list[Doc | None]:
 
 @pytest.mark.parametrize("in_transaction", [False, True])
 def test_a_record_changed_since_it_was_read_is_not_written_and_the_others_are(
-    store: SQLStore[Doc], in_transaction: bool,
+    open_store: Opener, in_transaction: bool,
 ) -> None:
+    store = open_store()
     docs = read_four(store)
     other_program_sets_note(store, "d2")
     writes = [(doc, finished(doc), FINISH) for doc in docs]
@@ -82,7 +92,8 @@ def test_a_record_changed_since_it_was_read_is_not_written_and_the_others_are(
                              finished(docs[2]), finished(docs[3])]
 
 
-def test_records_read_in_the_same_transaction_are_written(store: SQLStore[Doc]) -> None:
+def test_records_read_in_the_same_transaction_are_written(open_store: Opener) -> None:
+    store = open_store()
     read_four(store)
     with store.transaction():
         docs = [doc for key in ("d1", "d2", "d3", "d4") if (doc := store.get(key)) is not None]
@@ -92,10 +103,11 @@ def test_records_read_in_the_same_transaction_are_written(store: SQLStore[Doc]) 
 
 
 def test_a_write_after_a_batch_compares_with_what_the_batch_wrote(
-    store: SQLStore[Doc],
+    open_store: Opener,
 ) -> None:
     """The values a batch wrote are what the next write of those records compares with:
     unchanged, it is written; changed by another program since, it is refused."""
+    store = open_store()
     docs = read_four(store)
     with store.transaction():
         store.put_many([(doc, finished(doc), FINISH) for doc in docs])
