@@ -60,7 +60,7 @@ def test_every_monitor_invariant_at_once_is_each_invariant_in_turn(
         except InvariantViolation:
             continue  # a field breaks its rule: no record to ask
         one_by_one = [rule.name for rule in MONITOR_INVARIANTS if not rule.holds(record)]
-        assert bool(MONITOR_INVARIANTS._all_hold(record)) is not one_by_one
+        assert bool(MONITOR_INVARIANTS._all_hold(record)) == (not one_by_one)
         assert MONITOR_INVARIANTS.broken(record) == one_by_one
 
 
@@ -125,7 +125,7 @@ def test_a_set_of_expressed_and_python_rules_names_what_each_rule_alone_says(
     tally: Tally, broken: list[str],
 ) -> None:
     assert MIXED.broken(tally) == broken
-    assert bool(MIXED._all_hold(tally)) is not broken
+    assert bool(MIXED._all_hold(tally)) == (not broken)
     if broken:
         with pytest.raises(InvariantViolation) as raised:
             MIXED.check(tally)
