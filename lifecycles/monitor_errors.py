@@ -28,8 +28,9 @@ from lifecycles.invariants.monitor import (
 )
 from lifecycles.machines.audit import PublicError, PublicErrors
 from lifecycles.machines.core import TransitionRefused
+from lifecycles.machines.lease import LostRace
 from lifecycles.machines.monitor import CODE, MONITOR
-from lifecycles.stores.base import StaleRecord, Store, StoreError, UniqueViolation
+from lifecycles.stores.base import Store, StoreError, UniqueViolation
 
 # --- errors --------------------------------------------------------------------
 
@@ -117,7 +118,7 @@ def public_errors(store: Store[Any] | None = None) -> Iterator[None]:
         yield
     except InvariantViolation as error:
         raise blocked(error.code, error.rules, error.keys) from error
-    except StaleRecord as error:
+    except LostRace as error:  # a store's StaleRecord, or the lease protocol's own
         raise blocked(CODE + "claim_lost") from error
     except (TransitionRefused, StoreError) as error:
         raise blocked(error.code) from error

@@ -301,9 +301,10 @@ def claim_many(
                 grants.append(decision)
                 inputs = inputs_for(len(granted) + len(grants))
             written = store.put_many([(grant.before, grant.after, grant.row) for grant in grants])
-            for grant, done in zip(grants, written, strict=True):
-                if not done:  # changed under the claim: the write again raises the store's
-                    store.put(grant.before, grant.after, grant.row)  # refusal, rolling back
+            if not all(written):  # changed under the claim: the transaction rolls back
+                stale = lifecycle.key_of(grants[written.index(False)].before)
+                raise LostRace(f"{stale} changed while it was being leased")
+            for grant in grants:
                 if on_lease is not None:
                     on_lease(grant.after)
                 granted.append(grant.after)

@@ -49,7 +49,9 @@ class Answers:
     ``races``: that many writes outside a transaction lose a race (``StaleRecord``).
     """
 
-    def __init__(self, records: list[Any], *, glancing: bool = False, races: int = 0) -> None:
+    def __init__(self, records: list[Any], *, glancing: bool = False, races: int = 0,
+                 stale: frozenset[str] = frozenset()) -> None:
+        self.stale = stale  # keys a batch write finds changed (put_many answers False)
         self.records = {MONITOR.key_of(r): r for r in records}
         self.asked: list[frozenset[str]] = []
         self.written: list[str] = []
@@ -93,9 +95,14 @@ class Answers:
         self.records[MONITOR.key_of(after)] = after
 
     def put_many(self, writes: Sequence[tuple[Any, Any, Row]]) -> list[bool]:
+        written = []
         for before, after, row in writes:
-            self.put(before, after, row)  # inside the protocol's transaction: never stale
-        return [True] * len(writes)
+            if MONITOR.key_of(before) in self.stale:
+                written.append(False)
+                continue
+            self.put(before, after, row)
+            written.append(True)
+        return written
 
 
 # --- the sets come from the table ---------------------------------------------------
@@ -272,6 +279,20 @@ def test_a_claim_with_on_lease_never_glances() -> None:
     seen: list[Any] = []
     granted = lease.claim(answers, MONITOR, claim_inputs(100.0, "t1"), on_lease=seen.append)
     assert seen == [granted] and answers.transactions == 1
+
+
+def test_a_batch_claim_whose_record_changed_under_it_is_a_lost_race_granting_nothing() -> None:
+    """A grant the store finds changed (its ``put_many`` says so) ends the claim with
+    ``LostRace`` before any record is handed out: the store's transaction rolls back the
+    batch, so ``on_lease`` never sees a grant that is not written."""
+    answers = Answers([record(1, created=1.0), record(2, created=2.0)],
+                      stale=frozenset({"e2"}))
+    seen: list[Any] = []
+    tokens = iter(["t0", "t1", "t2"])
+    with pytest.raises(lease.LostRace, match="e2 changed while it was being leased"):
+        lease.claim_many(answers, MONITOR, lambda n: claim_inputs(100.0, next(tokens)), 2,
+                         on_lease=seen.append)
+    assert seen == []
 
 
 def test_claim_many_asks_for_candidates_in_batches_and_passes_over_refused_ones() -> None:
