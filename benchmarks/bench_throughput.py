@@ -29,8 +29,12 @@ pending to watching, with its next poll 30 s ahead.
    The workers start together and run for ``--pg-seconds``; the table is emptied and
    refilled with ``--pg-items`` due items before each measurement. Target at 4 workers:
    lifecycles/raw >= 0.8; the ``checked`` loop (loops.py) at 4 workers gives its
-   ceiling, as in section 1, from a pair of longer runs (``--pg-ceiling-seconds``, the
-   checked and the raw loop, each round). Skipped, with the reason, when the server
+   ceiling, as in section 1, from longer runs (``--pg-ceiling-seconds``, the raw, checked
+   and ``verified`` loops, each round). On PostgreSQL the checked loop checks its claim
+   only after the claim has committed; ``verified`` also refuses, before it commits, what
+   the reference refuses (a broken record, an expired lease first, an altered schema),
+   with verdicts and guards in its statements: verified/raw is the ceiling for an
+   implementation keeping the reference's refusals. Skipped, with the reason, when the server
    cannot be reached (``--dsn``, default ``$LIFECYCLES_TEST_POSTGRES_DSN`` or the local
    test server).
 3. Batches at default settings (a SQLite file as ``sqlite3.connect(path)`` opens it:
@@ -82,6 +86,7 @@ from loops import (
     RawBatchSQLite,
     RawPostgres,
     RawSQLite,
+    VerifiedPostgres,
     drop_rules_indexes,
 )
 from support.monitor import CAPABILITIES, answer, notification
@@ -278,17 +283,20 @@ def section_wal(args: argparse.Namespace, items: Items, receiver: Receiver) -> b
     return passed
 
 
+CHECKED = "the raw loop with lifecycles' checks and nothing else"
+
+
 def ceiling(
     label: str, ratios: Sequence[float], rounds: str, target: float = RAW_TARGET,
-    unit: str = "",
+    unit: str = "", loop: str = CHECKED,
 ) -> float:
     """Print a checked loop's ratio, one per round: the checked loop (loops.py, the raw
     loop's statements plus lifecycles' checks and nothing else) over the raw loop (or the
     reference), the most any implementation making those checks reaches. Returns its
     median."""
     checked, spans = statistics.median(ratios), sorted(ratios)
-    print(f"   {label} {checked:.2f}{unit} ({rounds}: {spans[0]:.2f}..{spans[-1]:.2f}): the raw"
-          " loop with lifecycles' checks and nothing else, the ceiling of the ratio; target"
+    print(f"   {label} {checked:.2f}{unit} ({rounds}: {spans[0]:.2f}..{spans[-1]:.2f}): {loop},"
+          " the ceiling of the ratio; target"
           f" {'reachable' if checked >= target else 'UNREACHABLE'} with these checks")
     return checked
 
@@ -316,6 +324,10 @@ def pg_worker(
         elif kind == "checked":
             monitor = lifecycles_monitor.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
             cycle = CheckedPostgres(
+                connection, Checks(monitor, receiver, now, worker, LEASE_SECONDS)).cycle
+        elif kind == "verified":
+            monitor = lifecycles_monitor.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
+            cycle = VerifiedPostgres(
                 connection, Checks(monitor, receiver, now, worker, LEASE_SECONDS)).cycle
         else:
             cycle = RawPostgres(connection, receiver, now, worker).cycle
@@ -410,7 +422,7 @@ def section_postgres(args: argparse.Namespace, items: Items, receiver: Receiver)
                     if ran_out:
                         short.add((kind, workers))
             # The ceiling: longer runs, as 1.5 s at 4 workers on 2 cores scatter widely.
-            for kind in alternating(["raw", "checked"], round_number):
+            for kind in alternating(["raw", "checked", "verified"], round_number):
                 rate, ran_out = pg_measure(
                     context, kind, args.dsn, schema, 4, args.pg_ceiling_seconds, items,
                     args.pg_items, receiver,
@@ -438,9 +450,15 @@ def section_postgres(args: argparse.Namespace, items: Items, receiver: Receiver)
     checked = ceiling("checked/raw at 4 workers", [a / b for a, b in zip(
         rates[("checked (ceiling)", 4)], rates[("raw (ceiling)", 4)], strict=True)],
         f"rounds of {args.pg_ceiling_seconds:g} s")
+    verified = ceiling("verified/raw at 4 workers", [a / b for a, b in zip(
+        rates[("verified (ceiling)", 4)], rates[("raw (ceiling)", 4)], strict=True)],
+        f"rounds of {args.pg_ceiling_seconds:g} s", loop="the checked loop refusing before"
+        " it commits what the reference refuses (rule verdicts, no lease expired, schema"
+        " guards, in its statements)")
     if ("ceiling", 4) in short:
         print("   (a ceiling run ran out of items: a floor of its rate; raise --pg-items)")
-    print(f"   lifecycles/checked at 4 workers {ratios[4] / checked:.2f}")
+    print(f"   lifecycles/checked at 4 workers {ratios[4] / checked:.2f},"
+          f" lifecycles/verified {ratios[4] / verified:.2f}")
     batches, single = (statistics.median(rates[(kind, 4)]) for kind in ("run_many", "raw"))
     print(f"   run_many(limit={BATCH_LIMIT}) at 4 workers: {batches:.0f} items/s,"
           f" {batches / single:.1f}x the raw loop's single items (no target: the way to"

@@ -298,6 +298,81 @@ class CheckedPostgres:
         return True
 
 
+class VerifiedPostgres:
+    """``CheckedPostgres`` plus what the reference's contract requires before a write
+    commits, in the cheapest form known, each piece through lifecycles' own code:
+
+    - the claimed record's rules, and the rules reading a field the claim writes on the
+      record as written, as verdicts inside the claim statement (health's SQL forms,
+      ``rule_queries``): a record breaking a rule fails the statement, so nothing is
+      leased, where the checked loop checks it only after its lease has committed;
+    - no lease expired (the reference's claim recovers those first), as a condition;
+    - the schema as verified (the reference validates it on every operation), as the
+      dialect's guards, in both statements: each is a transaction of its own.
+
+    Still no store, lease protocol or whole-record compare-and-set: the completion
+    compares the event and its token, as the reference's does. So ``raw / verified`` is
+    the most any implementation can reach that refuses, before it commits, what the
+    reference refuses.
+
+    ``verdicts=False`` or ``guards=False`` leave the rule verdicts, or the schema guards,
+    out: ``profile_postgres_cycle.py`` prices each kind of check that way."""
+
+    def __init__(self, connection: Any, checks: Checks, *, verdicts: bool = True,
+                 guards: bool = True) -> None:
+        import psycopg
+
+        from lifecycles.stores.sql_claim import RULE_BROKEN
+        from lifecycles.stores.sql_lease import expired_clause
+
+        self.checks = checks
+        store = checks.store
+        d, schema = store.dialect, store.schema
+        self.cursor = psycopg.RawCursor(connection)
+        health = store.rule_queries()
+        names = schema.column_names
+        refused = f"CAST({d.literal(RULE_BROKEN)} || event_id AS integer)"
+        # The record as it was under other names, so that the rules rendered over the
+        # bare column names read the record as written in RETURNING.
+        was = ", ".join(f"{name} AS was_{name}" for name in names)
+        written = health.rules_reading(set(LEASED) | {"status", "last_error_code"})
+        every_rule = health.every_rule
+        if not verdicts:
+            every_rule = written = "1 = 1"
+        meta, meta_params = d.meta_guard(schema)
+        guard = f"{d.catalogue_guard(schema)} AND {meta}" if guards else "1 = 1"
+        self.guard_params = [*d.catalogue_params(schema, None), *meta_params] if guards else []
+        expired = expired_clause(d, MONITOR, "%s", "expired")
+        self.claim = numbered(
+            f"UPDATE {TABLE} SET status = 'leased', poll_attempts = {TABLE}.poll_attempts + 1,"
+            " lease_owner = %s, lease_token = %s, lease_expires_at = %s,"
+            f" last_error_code = NULL, updated_at = %s FROM (SELECT {was},"
+            f" CASE WHEN {every_rule} THEN 0 ELSE {refused} END AS was_verdict"
+            f" FROM {TABLE} WHERE status IN ({claimable()}) AND next_poll_at <= %s"
+            f" ORDER BY {claim_order()} LIMIT 1 FOR UPDATE SKIP LOCKED) AS was"
+            f" WHERE {TABLE}.event_id = was.was_event_id"
+            f" AND NOT EXISTS (SELECT 1 FROM {TABLE} AS expired WHERE {expired})"
+            f" AND {guard} RETURNING {', '.join(f'was.was_{name}' for name in names)},"
+            f" was.was_verdict, CASE WHEN {written} THEN 0 ELSE {refused} END", "%s")
+        self.complete = numbered(f"{complete_statement('%s')} AND {guard}", "%s")
+
+    def cycle(self) -> bool:
+        cursor, checks = self.cursor, self.checks
+        now, token = checks.now, secrets.token_urlsafe(32)
+        row = cursor.execute(self.claim, (
+            checks.worker, token, now + checks.lease_seconds, now, now, now,
+            *self.guard_params)).fetchone()
+        if row is None:
+            return False
+        claimed = checks.claimed(row[:-2], token)
+        done = checks.completed(claimed)
+        cursor.execute(self.complete, [
+            *values(done, COMPLETED), done.event_id, token, *self.guard_params])
+        if cursor.rowcount != 1:
+            raise RuntimeError(f"verified completion of {done.event_id} lost")
+        return True
+
+
 # --- the batch loops (run_many) --------------------------------------------------------
 
 

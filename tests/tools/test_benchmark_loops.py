@@ -34,6 +34,7 @@ from loops import (  # the benchmarks are scripts, not a package on the path
     RawBatchSQLite,
     RawPostgres,
     RawSQLite,
+    VerifiedPostgres,
 )
 
 ITEMS = 12
@@ -123,19 +124,52 @@ def test_each_batch_loop_writes_what_run_many_writes(tmp_path: Path) -> None:
 
 def test_each_postgres_loop_writes_what_run_once_writes() -> None:
     drained: dict[str, list[tuple[Any, ...]]] = {}
-    for kind in ("lifecycles", "raw", "checked"):
+    for kind in ("lifecycles", "raw", "checked", "verified"):
         with temporary_schema() as schema, connect_in(schema) as connection:
             monitor = registered(connection)
+            checks = Checks(monitor, receiver, NOW, WORKER, LEASE_SECONDS)
             loop = (lifecycles_cycle(monitor) if kind == "lifecycles"
                     else RawPostgres(connection, receiver, NOW, WORKER).cycle if kind == "raw"
-                    else CheckedPostgres(connection, Checks(
-                        monitor, receiver, NOW, WORKER, LEASE_SECONDS)).cycle)
+                    else CheckedPostgres(connection, checks).cycle if kind == "checked"
+                    else VerifiedPostgres(connection, checks).cycle)
             assert drain(loop) == ITEMS, kind
             assert loop() is False
             drained[kind] = rows(connection)
     assert {row[5] for row in drained["lifecycles"]} == {"watching"}
     assert drained["raw"] == drained["lifecycles"]
     assert drained["checked"] == drained["lifecycles"]
+    assert drained["verified"] == drained["lifecycles"]
+
+
+@pytest.mark.parametrize("damage", [
+    # the first due record breaks a field rule: refused as it was, before its lease
+    "UPDATE {table} SET notification_sha256 = upper(notification_sha256)"
+    " WHERE event_id = 'e0'",
+    # a lease expired: the reference's claim recovers it first
+    "UPDATE {table} SET status = 'leased', lease_owner = 'w9', lease_token = 't9',"
+    " lease_expires_at = 1 WHERE event_id = 'e5'",
+    # the schema is not the one verified
+    "ALTER TABLE {table} ADD COLUMN extra integer",
+    "UPDATE {table}_meta SET expected_capabilities_sha256 = repeat('d', 64)",
+], ids=["broken-record", "expired-lease", "added-column", "other-meta-row"])
+def test_the_verified_loop_leases_nothing_the_reference_would_refuse(damage: str) -> None:
+    """``VerifiedPostgres`` refuses before it commits: a broken record, an expired lease
+    (rescued first by the reference) or an altered schema fails or stops its claim, and
+    nothing is written."""
+    with temporary_schema() as schema, connect_in(schema) as connection:
+        monitor = registered(connection)
+        loop = VerifiedPostgres(connection, Checks(
+            monitor, receiver, NOW, WORKER, LEASE_SECONDS))
+        connection.execute(damage.format(table=TABLE))
+        before = rows(connection)
+        try:
+            leased = loop.cycle()
+        except Exception as error:  # the verdict's refusal: the statement failed
+            assert "the claimed record breaks a rule" in str(error)
+            assert "sha256" in damage
+        else:
+            assert leased is False
+        assert rows(connection) == before
 
 
 @pytest.mark.parametrize("answer_kind", ["processed", "failed"])
