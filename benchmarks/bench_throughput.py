@@ -295,8 +295,11 @@ def ceiling(
     reference), the most any implementation making those checks reaches. Returns its
     median."""
     checked, spans = statistics.median(ratios), sorted(ratios)
-    print(f"   {label} {checked:.2f}{unit} ({rounds}: {spans[0]:.2f}..{spans[-1]:.2f}): {loop},"
-          " the ceiling of the ratio; target"
+    # A shortfall that two places would round up to the target itself: cut, not rounded.
+    shown = f"{checked:.2f}" if round(checked, 2) < target or checked >= target else (
+        f"{int(checked * 1000) / 1000:.3f}")
+    print(f"   {label} {shown}{unit} ({rounds}: {spans[0]:.2f}..{spans[-1]:.2f}):"
+          f" {loop}, the ceiling of the ratio; target"
           f" {'reachable' if checked >= target else 'UNREACHABLE'} with these checks")
     return checked
 
