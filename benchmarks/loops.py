@@ -21,6 +21,11 @@
   implementation making these checks: its rate over the raw loop's is a ceiling of the
   ratio targets, which ``bench_throughput.py`` prints beside them.
 
+* **verified** (``VerifiedPostgres``): the checked PostgreSQL loop, also refusing before
+  its claim commits what the reference refuses (a broken record, an expired lease first,
+  an altered schema), by verdicts and guards in its statements: the ceiling on
+  PostgreSQL for an implementation that keeps the reference's refusals.
+
 * **batches** (``RawBatchSQLite``, ``CheckedBatchSQLite``): the same two loops for
   ``run_many``: one transaction leasing up to ``limit`` due records (one SELECT in claim
   order, the leases by one ``executemany``), the reader for each outside any
