@@ -324,14 +324,10 @@ def pg_worker(
         elif kind == "run_many":
             monitor = lifecycles_monitor.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
             cycle = batch_cycle(monitor, receiver, now, worker)
-        elif kind == "checked":
+        elif kind in ("checked", "verified"):
             monitor = lifecycles_monitor.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
-            cycle = CheckedPostgres(
-                connection, Checks(monitor, receiver, now, worker, LEASE_SECONDS)).cycle
-        elif kind == "verified":
-            monitor = lifecycles_monitor.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
-            cycle = VerifiedPostgres(
-                connection, Checks(monitor, receiver, now, worker, LEASE_SECONDS)).cycle
+            loop = CheckedPostgres if kind == "checked" else VerifiedPostgres
+            cycle = loop(connection, Checks(monitor, receiver, now, worker, LEASE_SECONDS)).cycle
         else:
             cycle = RawPostgres(connection, receiver, now, worker).cycle
         start.wait(timeout=60)

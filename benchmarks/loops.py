@@ -327,7 +327,7 @@ class VerifiedPostgres:
                  guards: bool = True) -> None:
         import psycopg
 
-        from lifecycles.stores.sql_claim import RULE_BROKEN
+        from lifecycles.stores.sql_claim import verdict
         from lifecycles.stores.sql_lease import expired_clause
 
         self.checks = checks
@@ -336,11 +336,12 @@ class VerifiedPostgres:
         self.cursor = psycopg.RawCursor(connection)
         health = store.rule_queries()
         names = schema.column_names
-        refused = f"CAST({d.literal(RULE_BROKEN)} || event_id AS integer)"
         # The record as it was under other names, so that the rules rendered over the
         # bare column names read the record as written in RETURNING.
         was = ", ".join(f"{name} AS was_{name}" for name in names)
-        written = health.rules_reading(set(LEASED) | {"status", "last_error_code"})
+        trigger = lease.declared_lease(MONITOR).trigger
+        claim_row = next(row for row in MONITOR.rows if row.trigger == trigger)
+        written = health.rules_reading(set(MONITOR.writes(claim_row)))
         every_rule = health.every_rule
         if not verdicts:
             every_rule = written = "1 = 1"
@@ -352,13 +353,13 @@ class VerifiedPostgres:
             f"UPDATE {TABLE} SET status = 'leased', poll_attempts = {TABLE}.poll_attempts + 1,"
             " lease_owner = %s, lease_token = %s, lease_expires_at = %s,"
             f" last_error_code = NULL, updated_at = %s FROM (SELECT {was},"
-            f" CASE WHEN {every_rule} THEN 0 ELSE {refused} END AS was_verdict"
+            f" {verdict(d, 'event_id', every_rule)} AS was_verdict"
             f" FROM {TABLE} WHERE status IN ({claimable()}) AND next_poll_at <= %s"
             f" ORDER BY {claim_order()} LIMIT 1 FOR UPDATE SKIP LOCKED) AS was"
             f" WHERE {TABLE}.event_id = was.was_event_id"
             f" AND NOT EXISTS (SELECT 1 FROM {TABLE} AS expired WHERE {expired})"
             f" AND {guard} RETURNING {', '.join(f'was.was_{name}' for name in names)},"
-            f" was.was_verdict, CASE WHEN {written} THEN 0 ELSE {refused} END", "%s")
+            f" was.was_verdict, {verdict(d, 'event_id', written)}", "%s")
         self.complete = numbered(f"{complete_statement('%s')} AND {guard}", "%s")
 
     def cycle(self) -> bool:

@@ -149,15 +149,13 @@ def drain(connection: Any, kind: str, items: Items, count: int,
     now = due_time(count)
     if kind == "raw":
         cycle = RawPostgres(connection, receiver, now, "w-raw").cycle
-    elif kind == "checked":
+    elif kind in ("checked", "verified", "verdicts", "guards"):
         checks = Checks(DurableTerminalProcessingMonitor(connection, CAPABILITIES), receiver,
-                        now, "w-checked", LEASE_SECONDS)
-        cycle = CheckedPostgres(connection, checks).cycle
-    elif kind in ("verified", "verdicts", "guards"):
-        checks = Checks(DurableTerminalProcessingMonitor(connection, CAPABILITIES), receiver,
-                        now, "w-verified", LEASE_SECONDS)
-        cycle = VerifiedPostgres(connection, checks, verdicts=kind != "guards",
-                                 guards=kind != "verdicts").cycle
+                        now, f"w-{kind}", LEASE_SECONDS)
+        # "verdicts" and "guards": the verified loop with that kind of check alone.
+        cycle = CheckedPostgres(connection, checks).cycle if kind == "checked" else (
+            VerifiedPostgres(connection, checks, verdicts=kind != "guards",
+                             guards=kind != "verdicts").cycle)
     elif kind == "statements":
         cycle = replay(connection, statements)
     elif kind == "unchecked":

@@ -39,8 +39,9 @@ from lifecycles.stores.sql_rules import NoSQLForm, bind_inputs, input_marker, ru
 
 if TYPE_CHECKING:
     from lifecycles.stores.sql import SQLStore
+    from lifecycles.stores.sql_dialect import Dialect
 
-__all__ = ["ClaimInPlace", "claim_in_place"]
+__all__ = ["ClaimInPlace", "claim_in_place", "verdict"]
 
 RULE_BROKEN = "lifecycles: the claimed record breaks a rule"
 """The text the statement fails to read as an integer when the written record breaks a
@@ -114,14 +115,12 @@ def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
     picked = f"{due_clause(d, lifecycle, now)} AND (({granted}) OR {broken})"
     meta, _ = d.meta_guard(store.schema)
     schema_as_verified = d.catalogue_guard(store.schema) + (f" AND {meta}" if meta else "")
-    refused = f"CAST({d.literal(RULE_BROKEN)} || {key} AS integer)"
 
     def holds(source: str, rules: str) -> str:
         """The rows of ``source``, the statement failing on one that breaks one of
         ``rules`` (the record as it was, as a read refuses it; the record as written,
         before commit)."""
-        return (f"(SELECT {columns}, CASE WHEN {rules} THEN 0 ELSE {refused} END"
-                f" AS verdict FROM {source})")
+        return f"(SELECT {columns}, {verdict(d, key, rules)} AS verdict FROM {source})"
 
     sets = ", ".join(f"{quote(name)} = {value}" for name, value in assignments.items())
     statement = (
@@ -137,6 +136,14 @@ def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
     )
     sql, inputs = bind_inputs(statement, d.param)
     return ClaimInPlace(numbered(sql, d.param), inputs, len(store.schema.column_names))
+
+
+def verdict(d: Dialect, key: str, rules: str) -> str:
+    """``0`` on a row where ``rules`` hold; on any other, the statement fails (the text
+    :data:`RULE_BROKEN` and the row's ``key``, which no integer reads), so what it wrote
+    is undone before it commits."""
+    refused = f"CAST({d.literal(RULE_BROKEN)} || {key} AS integer)"
+    return f"CASE WHEN {rules} THEN 0 ELSE {refused} END"
 
 
 def numbered(sql: str, param: str) -> str:
