@@ -117,6 +117,7 @@ class SQLiteDialect(Dialect):
     indexes_rules = True
     row_id = "rowid"
     write_locked = True  # BEGIN IMMEDIATE
+    expiry_index_by_status = True
     # Without statistics the planner cannot choose between walking the claim order and
     # sorting the due records by the data: the store bounds the walk and falls back.
     # The bound costs a skip of that many index entries: about 3 us for 64.
