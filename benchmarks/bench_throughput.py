@@ -87,7 +87,7 @@ from loops import (
     RawPostgres,
     RawSQLite,
     VerifiedPostgres,
-    drop_rules_indexes,
+    drop_unused_indexes,
 )
 from support.monitor import CAPABILITIES, answer, notification
 from support.reference import load_reference
@@ -229,22 +229,22 @@ def wal_round(
         items.fill(connection, count, "?")
         cycles[name] = monitor_cycle(monitor, receiver, now)
     # The raw loop runs on lifecycles' schema (the same table and claim-order index),
-    # without the rules indexes.
+    # without the indexes it has no use for (loops.drop_unused_indexes).
     path = directory / f"raw-{round_number}.db"
     setup = sqlite3.connect(path)
     lifecycles_monitor.DurableTerminalProcessingMonitor(setup, CAPABILITIES)
-    drop_rules_indexes(setup)
+    drop_unused_indexes(setup)
     setup.close()
     connection = wal_connection(path, autocommit=True)
     opened.append(connection)
     items.fill(connection, count, "?")
     cycles["raw"] = RawSQLite(connection, receiver, now).cycle
-    # The raw loop plus lifecycles' checks (loops.py), like it without rules indexes.
+    # The raw loop plus lifecycles' checks (loops.py), like it without those indexes.
     path = directory / f"checked-{round_number}.db"
     connection = wal_connection(path, autocommit=True)
     opened.append(connection)
     monitor = lifecycles_monitor.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
-    drop_rules_indexes(connection)
+    drop_unused_indexes(connection)
     items.fill(connection, count, "?")
     cycles["checked"] = CheckedSQLite(
         connection, Checks(monitor, receiver, now, WORKER, LEASE_SECONDS)).cycle
@@ -527,13 +527,14 @@ def batch_round(
         else:
             runs[name] = batch_rate(batch_cycles(monitor, receiver, now), count)
     # The batch loops (loops.py) at the same settings (their own BEGIN and COMMIT change
-    # neither the journal nor synchronous), on lifecycles' schema without rules indexes.
+    # neither the journal nor synchronous), on lifecycles' schema without the indexes
+    # they have no use for.
     for name in ("raw batches", "checked batches"):
         connection = sqlite3.connect(
             directory / f"{name.split()[0]}-batches-{round_number}.db", isolation_level=None)
         opened.append(connection)
         monitor = lifecycles_monitor.DurableTerminalProcessingMonitor(connection, CAPABILITIES)
-        drop_rules_indexes(connection)
+        drop_unused_indexes(connection)
         items.fill(connection, count, "?")
         loop = (RawBatchSQLite(connection, receiver, now) if name == "raw batches" else
                 CheckedBatchSQLite(connection, Checks(monitor, receiver, now, WORKER,

@@ -103,13 +103,14 @@ def complete_params(
     )
 
 
-def drop_rules_indexes(connection: sqlite3.Connection) -> None:
-    """Drop lifecycles' rules indexes from a file a raw loop will use: it keeps no health,
-    so it must not pay for them (each write evaluates their rules)."""
+def drop_unused_indexes(connection: sqlite3.Connection) -> None:
+    """Drop the indexes lifecycles keeps for what a hand-written loop does not do from a
+    file the loop will use, so that it does not pay for them on each write: the rules
+    indexes (it keeps no health) and the lease-expiry index (it rescues no lease)."""
     names = [name for (name,) in connection.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE ?",
-        (f"{TABLE}_rules_%",))]
-    assert names, "lifecycles keeps rules indexes on SQLite"
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND (name LIKE ? OR name = ?)",
+        (f"{TABLE}_rules_%", f"{TABLE}_lease_expiry"))]
+    assert f"{TABLE}_lease_expiry" in names and len(names) > 1, names
     for name in names:
         connection.execute(f"DROP INDEX {name}")
     connection.commit()

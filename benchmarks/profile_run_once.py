@@ -4,8 +4,8 @@
 
 Drains a fresh SQLite file (WAL + synchronous=NORMAL) of ``--items`` due items with
 lifecycles' ``run_once``; another with the raw loop of ``loops.py``, on a
-file without lifecycles' rules indexes (``raw``) and on one with them
-(``raw+indexes``); and another with its checked loop (the raw
+file without lifecycles' rules and lease-expiry indexes (``raw``) and on one with
+them (``raw+indexes``); and another with its checked loop (the raw
 loop's statements plus lifecycles' checks and nothing else), each through a connection
 that times every ``execute``, ``executemany`` and ``fetch*`` call. Prints, per cycle,
 the time inside SQLite, the time outside it (Python: checks, transitions, encoding,
@@ -15,9 +15,10 @@ it; it explains ``bench_throughput.py``'s first figure.
 ``checked`` minus ``raw`` is what the checks cost in the loop (a check timed alone in
 a tight loop reads hot caches and costs about half as much), and ``raw / checked``
 bounds the WAL target's ratio for any implementation that makes them;
-``raw+indexes`` minus ``raw`` is what keeping health's broken rows in indexes costs
-every write; the rest of ``lifecycles`` is its own machinery (the store, the lease
-protocol, the glance, the whole-record compare-and-set, the schema guards).
+``raw+indexes`` minus ``raw`` is what keeping health's broken rows and the leases'
+expiries in indexes costs every write; the rest of ``lifecycles`` is its own machinery
+(the store, the lease protocol, the glance, the whole-record compare-and-set, the schema
+guards).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ os.environ.setdefault(
     "LIFECYCLES_SEEDS", str(Path(__file__).resolve().parents[2] / "shared" / "seeds")
 )
 
-from loops import LEASE_SECONDS, WORKER, CheckedSQLite, Checks, RawSQLite, drop_rules_indexes
+from loops import LEASE_SECONDS, WORKER, CheckedSQLite, Checks, RawSQLite, drop_unused_indexes
 from support.monitor import CAPABILITIES, answer, notification
 
 from lifecycles.monitor import DurableTerminalProcessingMonitor
@@ -86,14 +87,15 @@ class TimedConnection(sqlite3.Connection):
 
 def drain(path: Path, items: int, kind: str) -> tuple[float, float, float]:
     """(seconds per cycle, of which inside SQLite, statements per cycle) of ``kind``'s
-    loop: ``lifecycles``, ``raw`` or ``checked`` (both without rules indexes), or
+    loop: ``lifecycles``, ``raw`` or ``checked`` (both without the rules and lease-expiry
+    indexes), or
     ``raw+indexes``."""
     raw = kind != "lifecycles"
     setup = sqlite3.connect(path)
     DurableTerminalProcessingMonitor(setup, CAPABILITIES).register_many(
         [notification(i) for i in range(items)], now=10)
     if kind in ("raw", "checked"):
-        drop_rules_indexes(setup)
+        drop_unused_indexes(setup)
     setup.execute("PRAGMA journal_mode=WAL")
     setup.close()
     connection = sqlite3.connect(path, factory=TimedConnection)
