@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lifecycles.checker",
     "lifecycles.diagrams",
     "lifecycles.cli_outbox",
+    "lifecycles.cli_worker",
 )
 
 EXIT_USAGE = 2

@@ -134,9 +134,12 @@ def check_rows_distinguishable(lifecycle: AnyLifecycle) -> None:
 
 
 def check_lease_declared(lifecycle: AnyLifecycle) -> None:
-    """A lease names a trigger with one dest, an expiry out of it, and record fields."""
+    """A lease names a trigger with one dest, an expiry out of it, and record fields; a
+    handling needs a lease, and its triggers leave the leased status (a renewal keeps it)."""
     lease = lifecycle.lease
     if lease is None:
+        if lifecycle.handling is not None:
+            raise DefinitionError("lease_declared", "a handling is declared without a lease")
         return
     dests = lifecycle.dests(lease.trigger)
     if len(dests) != 1:
@@ -152,6 +155,25 @@ def check_lease_declared(lifecycle: AnyLifecycle) -> None:
     missing = sorted(named - fields)
     if missing:
         raise DefinitionError("lease_declared", f"lease names unknown record fields {missing}")
+    if lifecycle.handling is not None:
+        _check_handling(lifecycle, dests)
+
+
+def _check_handling(lifecycle: AnyLifecycle, leased: frozenset[Any]) -> None:
+    handling = lifecycle.handling
+    assert handling is not None
+    finishing = tuple(getattr(handling.finish, "triggers", ()))
+    for trigger in finishing:
+        if lifecycle.sources(trigger) & leased != leased:
+            raise DefinitionError(
+                "lease_declared",
+                f"handling fires {trigger}, which has no row out of the leased status")
+    if handling.renewal is not None and (
+            lifecycle.sources(handling.renewal) != leased
+            or lifecycle.dests(handling.renewal) != leased):
+        raise DefinitionError(
+            "lease_declared",
+            f"renewal {handling.renewal} must lead from the leased status back to it")
 
 
 DEFINITION_CHECKS: tuple[Callable[[AnyLifecycle], None], ...] = (

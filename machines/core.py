@@ -28,7 +28,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
 import attrs
 from transitions import Machine, MachineError
@@ -40,6 +40,9 @@ from lifecycles.invariants.core import (
     InvariantViolation,
 )
 from lifecycles.machines.versioning import table_version as _table_version
+
+if TYPE_CHECKING:
+    from lifecycles.machines.work import Handling
 
 R = TypeVar("R")
 I = TypeVar("I")  # noqa: E741 - the inputs type of a lifecycle
@@ -243,6 +246,7 @@ class Lifecycle(Generic[R, I]):
         status_field: str = "status",
         not_allowed_code: str,
         lease: Lease | None = None,
+        handling: Handling[R, I] | None = None,
         description: str = "",
         status_meanings: Mapping[str, str] | None = None,
         beside_the_table: Sequence[Callable[..., Any]] = (),
@@ -269,6 +273,9 @@ class Lifecycle(Generic[R, I]):
         self.status_field = status_field
         self.not_allowed_code = not_allowed_code
         self.lease = lease
+        self.handling = handling
+        """How workers run its records (:mod:`lifecycles.machines.work`): what the
+        handler's result fires, and the renewal row; ``None`` when none is declared."""
         self.description = description
         self.status_meanings = dict(status_meanings or {})
         self.beside_the_table = tuple(beside_the_table)
