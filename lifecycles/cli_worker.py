@@ -74,8 +74,9 @@ def register(subparsers: Any) -> None:
                         help="each lease's length (default 60)")
     parser.add_argument("--worker-id", default=None, metavar="ID",
                         help="this worker's id (default host:pid; -1, -2... per process)")
-    parser.add_argument("--poll-interval", type=float, default=0.5, metavar="S",
-                        help="the first wait when nothing is due; it doubles up to 10x")
+    parser.add_argument("--poll-interval", type=float, default=1.0, metavar="S",
+                        help="when nothing is due, look again at least this often (default 1; "
+                             "PostgreSQL also wakes workers at once when work arrives)")
     parser.add_argument("--stop-timeout", type=float, default=None, metavar="S",
                         help="how long a graceful stop waits for running handlers "
                              "(default: the lease length)")
@@ -188,7 +189,7 @@ def _run_worker(args: argparse.Namespace, index: int | None) -> int:
     worker = Worker(
         lifecycle, opener, handler, worker_id=worker_id, lease_seconds=args.lease_seconds,
         concurrency=args.concurrency, batch_size=args.batch,
-        idle=Idle(poll_interval=args.poll_interval, max_interval=10 * args.poll_interval),
+        idle=Idle(poll_interval=args.poll_interval, first=min(0.05, args.poll_interval)),
         on_outcome=count, on_error=on_error, stop_timeout=args.stop_timeout,
     )
     print(f"lifecycles worker {worker_id}: {lifecycle.name}, {args.concurrency} at a time, "

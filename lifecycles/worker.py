@@ -347,16 +347,18 @@ def default_worker_id() -> str:
 
 @attrs.frozen
 class Idle:
-    """How long to wait when nothing is due: from ``poll_interval`` doubling up to
-    ``max_interval``, each wait jittered by up to ``jitter`` of itself (workers that found
-    the queue empty together do not all ask again together)."""
+    """How long to wait when nothing is due: ``first``, doubling with each claim in a row
+    that finds nothing, up to ``poll_interval``, each wait shortened by up to ``jitter`` of
+    itself (workers that found the queue empty together do not all ask again together).
+    A worker polls at least once every ``poll_interval``; where the store notifies it
+    (PostgreSQL), it wakes at once instead."""
 
-    poll_interval: float = 0.5
-    max_interval: float = 5.0
+    poll_interval: float = 1.0
+    first: float = 0.05
     jitter: float = 0.2
 
     def delay(self, empty_claims: int, draw: Callable[[], float] = random.random) -> float:
-        base = min(self.max_interval, self.poll_interval * 2 ** min(empty_claims, 30))
+        base = min(self.poll_interval, self.first * 2 ** min(empty_claims, 30))
         return float(base * (1 - self.jitter * draw()))
 
 

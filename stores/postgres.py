@@ -44,7 +44,7 @@ Codes carry the schema's prefix.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import lru_cache
 from typing import Any, ClassVar, TypeVar
@@ -55,6 +55,7 @@ from psycopg.rows import tuple_row
 
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle, TransitionRefused
+from lifecycles.stores import postgres_notify
 from lifecycles.stores.base import (
     SchemaMismatch,
     StoreDamaged,
@@ -335,6 +336,15 @@ class PostgresStore(SQLStore[R]):
         # A failed statement aborts the whole transaction in PostgreSQL; when the
         # caller's transaction holds more work, a savepoint keeps that work usable.
         return self.connection.transaction() if self._depth > 1 else nullcontext()
+
+    def ensure_notifications(self) -> None:
+        if self.lifecycle.lease is not None:
+            postgres_notify.ensure_notify_trigger(self)
+
+    def listen(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake()`` whenever a record is written into a claimable status, by any
+        writer (:mod:`lifecycles.stores.postgres_notify`); returns ``stop()``."""
+        return postgres_notify.listen(self, wake)
 
     def lock_schema(self) -> None:
         # Workers starting together must not race on CREATE TABLE IF NOT EXISTS.

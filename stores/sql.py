@@ -121,6 +121,7 @@ class SQLStore(Store[R], ABC):
             self.lock_schema()
             self.schema.ensure(self)
             self.ensure_rules_indexes()
+            self.ensure_notifications()
             probed = self.run(*self._probe_statement)
             self._remember_probe(self.dialect.read_probe(self.schema, probed))
         self._verified = True
@@ -164,6 +165,10 @@ class SQLStore(Store[R], ABC):
 
     def ensure_rules_indexes(self) -> None:
         """Create the rules indexes where the dialect keeps them (see the subclasses)."""
+
+    def ensure_notifications(self) -> None:
+        """Create what tells listening workers that work arrived, where the dialect can
+        (PostgreSQL's notify triggers, :mod:`lifecycles.stores.postgres_notify`)."""
 
     def lock_schema(self) -> None:
         """Serialise schema creation between stores opening at once (the transaction

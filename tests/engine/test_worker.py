@@ -23,7 +23,7 @@ from lifecycles.machines.work import Outcome, Permanent, Raised, Returned
 from lifecycles.stores.base import Store, StoreUnavailable
 from lifecycles.stores.memory import MemoryStore
 from lifecycles.stores.sqlite import SQLiteStore
-from lifecycles.worker import HeldLease, Worker, WorkOutcome
+from lifecycles.worker import HeldLease, Idle, Worker, WorkOutcome
 
 StoreFactory = Callable[[], Store[Task]]
 
@@ -386,7 +386,7 @@ def test_the_loop_opens_the_store_again_after_it_became_unavailable(tmp_path: Pa
             opened[0].close()  # the connection breaks while the handler runs
 
     worker = Worker(TASKS, open_store, handler, on_error=errors.append,
-                    idle=attrs.evolve(Worker.__init__.__kwdefaults__["idle"], poll_interval=0.01))
+                    idle=Idle(poll_interval=0.01, first=0.01))
     worker.run(until_idle=True, install_signal_handlers=False)
     assert [type(error) for error in errors] == [StoreUnavailable]
     assert len(opened) == 2

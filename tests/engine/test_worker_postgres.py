@@ -1,0 +1,104 @@
+"""The generic worker on a real PostgreSQL server: concurrent drains, and idle workers
+woken at once by the table's notify trigger (LISTEN/NOTIFY) rather than by polling."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from support.postgres import connect_in, require_postgres, temporary_schema
+from support.tasks import TASKS, Task, new_task
+
+from lifecycles.stores.base import Store
+from lifecycles.worker import HeldLease, Idle, Worker
+
+require_postgres()
+
+from lifecycles.stores.postgres import PostgresStore  # noqa: E402 - needs psycopg
+from lifecycles.stores.postgres_notify import channel_of  # noqa: E402
+
+
+@pytest.fixture
+def open_store() -> Iterator[Callable[[], Store[Task]]]:
+    with temporary_schema() as schema:
+        opened: list[Any] = []
+
+        def opener() -> Store[Task]:
+            connection = connect_in(schema)
+            opened.append(connection)
+            return PostgresStore(TASKS, connection)
+
+        yield opener
+        for connection in opened:
+            connection.close()
+
+
+def test_four_threads_drain_every_task_once(open_store: Callable[[], Store[Task]]) -> None:
+    store = open_store()
+    for n in range(80):
+        store.insert(new_task(f"task-{n:03d}"))
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    def handler(task: Task, lease: HeldLease) -> None:
+        with lock:
+            calls.append(task.task_id)
+
+    workers = [Worker(TASKS, open_store, handler, worker_id=f"w{n}", batch_size=5)
+               for n in range(4)]
+    threads = [threading.Thread(target=w.run, kwargs={"until_idle": True,
+                                                      "install_signal_handlers": False})
+               for w in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(calls) == [f"task-{n:03d}" for n in range(80)]
+    assert store.count_by_status()["succeeded"] == 80
+
+
+def test_an_idle_worker_is_woken_by_a_registration_long_before_its_poll(
+    open_store: Callable[[], Store[Task]],
+) -> None:
+    store = open_store()
+    started = threading.Event()
+    worker = Worker(TASKS, open_store, lambda task, lease: started.set(),
+                    idle=Idle(poll_interval=60.0, first=60.0))  # polling alone: a minute
+    runner = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    try:
+        time.sleep(0.5)  # the worker has found nothing and is waiting
+        store.insert(new_task("task-late", now=time.time()))
+        assert started.wait(20), "the notification did not wake the worker"
+    finally:
+        worker.stop()
+        runner.join(10)
+    assert store.count_by_status()["succeeded"] == 1
+
+
+def test_the_trigger_notifies_claimable_writes_only(
+    open_store: Callable[[], Store[Task]],
+) -> None:
+    store = open_store()
+    assert isinstance(store, PostgresStore)
+    ((schema,),) = store.run("SELECT current_schema()")
+    listener = open_store()
+    assert isinstance(listener, PostgresStore)
+    listener.connection.execute(f'LISTEN "{channel_of(schema, store.schema.table)}"')
+
+    def notified() -> int:
+        return sum(1 for _ in listener.connection.notifies(timeout=0.3))
+
+    store.insert(new_task("task-1"))
+    assert notified() == 1  # a new, claimable task
+    claimed = store.claim(TASKS.handling.inputs(0.0, "w", "token-1", 30.0))  # type: ignore[union-attr]
+    assert claimed is not None and notified() == 0  # a claim leaves the claimable statuses
+    # The trigger is made once: a second store on the table keeps it, without DDL.
+    again = open_store()
+    assert isinstance(again, PostgresStore)
+    ((triggers,),) = again.run(
+        "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'lc_notify_%'")
+    assert triggers == 2
