@@ -24,6 +24,11 @@ A *world* is the store's records, the clock and each worker's hand. Its steps:
   the table's guards decide. A batch's records are completed one step each, in any
   order and between other workers' steps: more interleavings than ``run_many``'s one
   completing transaction allows, so nothing it can do is missed;
+* **renew** (worker *w*, holding leases; where the lifecycle declares a renewal row,
+  ``Handling(renewal=...)``): the worker fires it for one lease it holds, as a worker does
+  while a long handler runs, through :func:`~lifecycles.machines.lease.complete`; the
+  table's guards must refuse it once the lease was rescued; accepted, the worker holds the
+  renewed record (same token, later expiry);
 * **stop** (worker *w*, holding leases): the worker dies; its leases are left to expire;
 * **tick**: the clock moves to the next moment a record becomes due or a lease expires
   (between two such moments no guard of the protocol changes its answer).
@@ -53,6 +58,7 @@ from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines import exploration as search
 from lifecycles.machines import lease
 from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
+from lifecycles.machines.work import Result, Step
 from lifecycles.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
@@ -112,6 +118,39 @@ class Workers(Generic[R]):
             raise ValueError(f"records {record_count} is not within 1..{self.max_records}")
         return attrs.evolve(self, count=count, record_count=record_count)
 
+    @classmethod
+    def from_handling(
+        cls, lifecycle: Lifecycle[R, Any], records: Callable[[int], Sequence[R]],
+        results: Sequence[tuple[str, Result]], **options: Any,
+    ) -> Workers[R]:
+        """Workers (``options``: ``lease_seconds``, default 30, and any field of
+        :class:`Workers`) whose calls end as the runtime worker's do: each labelled handler
+        ``result`` (a :class:`~lifecycles.machines.work.Returned` value or a
+        :class:`~lifecycles.machines.work.Raised` error) turned into its finishing step by
+        the lifecycle's own :class:`~lifecycles.machines.work.Handling` (its ``inputs``
+        and ``finish``), so the checker explores exactly the steps production fires. A
+        result the handling leaves (:class:`~lifecycles.machines.work.Leave`) is the
+        ``stop`` step already explored."""
+        handling = lifecycle.handling
+        if handling is None:
+            raise ValueError(f"{lifecycle.name} declares no Handling")
+
+        def work(held: R, inputs: Any) -> list[Work[R]]:
+            ways = []
+            for label, result in results:
+                step = handling.finish(held, inputs, result)
+                if isinstance(step, Step):
+                    ways.append(Work(label, step.fire))
+            return ways
+
+        lease_seconds = float(options.pop("lease_seconds", 30.0))
+
+        def inputs(now: float, worker: str, token: str) -> Any:
+            return handling.inputs(now, worker, token, lease_seconds)
+
+        calls = options.pop("calls", ", ".join(label for label, _ in results))
+        return cls(records=records, inputs=inputs, work=work, calls=calls, **options)
+
     @property
     def bounds(self) -> str:
         plural = "s" if self.record_count > 1 else ""
@@ -144,7 +183,8 @@ class World(Generic[R]):
 @attrs.frozen
 class InterleavedStep:
     """One step of an interleaving: who acted (``worker-2``, ``clock``), how
-    (``claim``, ``claim_many``, ``complete``, ``stop``, ``tick``), which of its choices, and
+    (``claim``, ``claim_many``, ``complete``, ``renew``, ``stop``, ``tick``), which of its
+    choices, and
     what it did."""
 
     actor: str
@@ -226,6 +266,8 @@ class _Model(Generic[R]):
         self.declared = lease.declared_lease(self.lifecycle)
         self.abstraction = exploration.abstraction
         self.workers = workers
+        handling = self.lifecycle.handling
+        self.renewal = handling.renewal if handling is not None else None
         first = sorted(workers.records(workers.record_count), key=self.lifecycle.key_of)
         for record in first:
             self.lifecycle.check(record)
@@ -290,6 +332,8 @@ class _Model(Generic[R]):
             # One choice per (lease held, way its call ends), numbered in that order.
             ways = sum(len(self._ways(world, name, held)) for held in hand)
             found.extend((name, "complete", number) for number in range(ways))
+            if self.renewal is not None:
+                found.extend((name, "renew", position) for position in range(len(hand)))
             found.append((name, "stop", 0))
         if self._next_moment(world) is not None:
             found.append(("clock", "tick", 0))
@@ -334,9 +378,22 @@ class _Model(Generic[R]):
             return (attrs.evolve(world, workers=tuple(hands)),
                     f"stops, leaving its lease{'s' if len(hand) > 1 else ''} {left} to expire",
                     False)
+        store = MemoryStore(self.lifecycle, world.records)
+        if action == "renew":
+            held = hand[choice]
+            renewal = self.renewal
+            assert renewal is not None
+            inputs = self.workers.inputs(world.now, actor, held.token)
+            refused, said, renewed = self._write(
+                store, world, index, held, f"renews {self.lifecycle.key_of(held.record)}",
+                lambda record, fire: fire(renewal, record, inputs), what="renewal")
+            # Renewed, it works on under the record it wrote; refused, it still holds its
+            # hand, and its completion will be refused in turn.
+            if renewed is not None:
+                hands[index] = (*hand[:choice], Held(renewed, held.token), *hand[choice + 1:])
+            return attrs.evolve(world, records=store.held(), workers=tuple(hands)), said, refused
         position, way = self._chosen(world, actor, hand, choice)
         hands[index] = hand[:position] + hand[position + 1:]
-        store = MemoryStore(self.lifecycle, world.records)
         refused, said = self._complete(store, world, index, hand[position], way)
         return attrs.evolve(world, records=store.held(), workers=tuple(hands)), said, refused
 
@@ -372,26 +429,38 @@ class _Model(Generic[R]):
 
     def _complete(self, store: MemoryStore[R], world: World[R], index: int, held: Held[R],
                   choice: int) -> tuple[bool, str]:
-        name = _worker(index)
-        inputs = self.workers.inputs(world.now, name, held.token)
+        inputs = self.workers.inputs(world.now, _worker(index), held.token)
         work = self.workers.work(held.record, inputs)[choice]
+        refused, said, _ = self._write(
+            store, world, index, held,
+            f"completes {self.lifecycle.key_of(held.record)} ({work.label!r})", work.step)
+        return refused, said
+
+    def _write(self, store: MemoryStore[R], world: World[R], index: int, held: Held[R],
+               doing: str, step: lease.StepOn[R], what: str = "completion",
+               ) -> tuple[bool, str, R | None]:
+        """Worker ``index``'s ``step`` for the lease it holds, through
+        :func:`lease.complete`: (refused, what happened, the record written or ``None``).
+        Raises :class:`_Broken` when it breaks a rule or writes over a superseded lease."""
+        name = _worker(index)
         written: list[tuple[str, R]] = []
 
-        def step(record: R, fire: Callable[[str, R, Any], R]) -> R:
+        def watched_step(record: R, fire: Callable[[str, R, Any], R]) -> R:
             def watched(trigger: str, on: R, given: Any) -> R:
                 after = fire(trigger, on, given)
                 written.append((trigger, on))
                 return after
-            return work.step(record, watched)
+            return step(record, watched)
 
         key = self.lifecycle.key_of(held.record)
-        said = f"completes {key} ({work.label!r}) at {self.at(world.now)} under {held.token}: "
+        said = f"{doing} at {self.at(world.now)} under {held.token}: "
         try:
-            lease.complete(store, self.lifecycle, held.record, step)
+            after = lease.complete(store, self.lifecycle, held.record, watched_step)
         except (TransitionRefused, lease.LostRace) as refusal:
-            return True, said + f"refused ({getattr(refusal, 'code', type(refusal).__name__)})"
+            code = getattr(refusal, "code", type(refusal).__name__)
+            return True, said + f"refused ({code})", None
         except InvariantViolation as error:
-            raise _Broken("invariant", f"{name}'s completion broke a rule: {error}",
+            raise _Broken("invariant", f"{name}'s step broke a rule: {error}",
                           tuple(getattr(error, "rules", ())), said + "refused") from error
         now_status = self.lifecycle.status_of(store.held()[self.keys.index(key)])
         said += f"{', '.join(trigger for trigger, _ in written)} accepted -> {now_status}"
@@ -400,10 +469,10 @@ class _Model(Generic[R]):
                     or self._token(on) != held.token):
                 raise _Broken(
                     "superseded_completion",
-                    f"a completion from a superseded lease was accepted: {name} held "
+                    f"a {what} from a superseded lease was accepted: {name} held "
                     f"{key} under {held.token}, but {trigger} wrote over it when it was "
                     f"{self.lifecycle.status_of(on)} under {self._token(on)}", (), said)
-        return False, said
+        return False, said, after
 
     def check(self, world: World[R]) -> None:
         """The properties of one world (the invariants were checked on every write)."""
