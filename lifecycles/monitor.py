@@ -61,13 +61,13 @@ from lifecycles.machines.monitor import (
     MONITOR,
     STATUS_SCHEMA,
     MonitorInputs,
-    PollStep,
     RetryPolicy,
     new_record,
     plain_value,
     poll_step,
     read_answer,
 )
+from lifecycles.machines.work import Step
 from lifecycles.monitor_errors import (
     RULE_CODES,
     InputInvalid,
@@ -386,8 +386,8 @@ class DurableTerminalProcessingMonitor:
             # Each completion decided first, then all written together; an item whose
             # write finds its record changed (or whose step the table refuses on the
             # record as claimed) is decided again alone, on the record as stored.
-            planned: list[tuple[int, PollStep, lease_protocol.Grant]] = []
-            alone: list[tuple[int, PollStep]] = []
+            planned: list[tuple[int, Step[MonitorInputs], lease_protocol.Grant]] = []
+            alone: list[tuple[int, Step[MonitorInputs]]] = []
             for at, (record, step) in enumerate(zip(claimed, steps, strict=True)):
                 if isinstance(step, TerminalProcessingMonitorBlocked):
                     continue
@@ -418,7 +418,7 @@ class DurableTerminalProcessingMonitor:
 
     def _poll(
         self, reader: Callable[[str, str], Any], claimed: MonitorRecord, now: float
-    ) -> PollStep | TerminalProcessingMonitorBlocked:
+    ) -> Step[MonitorInputs] | TerminalProcessingMonitorBlocked:
         """Call the reader for one leased item, outside any transaction: the step that
         finishes its poll, or the monitor's own refusal met inside the reader (which is
         not the reader's failure and records nothing)."""
@@ -436,7 +436,7 @@ class DurableTerminalProcessingMonitor:
         except Exception as error:  # the reader is foreign code: any failure is recorded
             return poll_step(lease, error)
 
-    def _finish(self, claimed: MonitorRecord, step: PollStep) -> MonitorRecord:
+    def _finish(self, claimed: MonitorRecord, step: Step[MonitorInputs]) -> MonitorRecord:
         """Fire the poll's step (:func:`poll_step`, the machine's rule) through the store,
         by the lease protocol's :func:`~lifecycles.machines.lease.complete`.
 

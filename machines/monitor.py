@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import FieldRuleViolation, InvariantViolation, StepViolation
+from lifecycles.invariants.core import FieldRuleViolation
 from lifecycles.invariants.monitor import (
     MONITOR_INVARIANTS,
     RESPONSE_INVALID,
@@ -48,6 +48,7 @@ from lifecycles.invariants.monitor_messages import (
     answer_rules_broken,
 )
 from lifecycles.machines.core import Changes, Lease, Lifecycle, effect, evolver, guard
+from lifecycles.machines.work import Step
 
 CODE = "terminal_processing_monitor."
 
@@ -256,35 +257,9 @@ def reader_error_code(error: BaseException) -> tuple[str, bool]:
 FireMonitor = Callable[[str, MonitorRecord, MonitorInputs], MonitorRecord]
 
 
-@attrs.frozen
-class PollStep:
-    """What one finished poll fires: ``trigger`` with ``inputs``; when that record would
-    break an invariant, ``fail_attempt`` with ``fallback`` (``response_invalid``) instead."""
-
-    trigger: str
-    inputs: MonitorInputs
-    fallback: MonitorInputs | None = None
-
-    def fire(self, record: MonitorRecord, fire: FireMonitor | None = None) -> MonitorRecord:
-        """Fire the step on ``record`` through ``fire`` (default: the pure ``MONITOR.fire``).
-
-        The invariant check that may call for the fallback runs before anything is
-        written, so a store's ``fire`` writes exactly once. Refusals propagate unchanged.
-        """
-        fire_ = fire or MONITOR.fire
-        if self.fallback is None:
-            return fire_(self.trigger, record, self.inputs)
-        try:
-            return fire_(self.trigger, record, self.inputs)
-        except StepViolation:
-            raise  # the table's own mistake: no answer caused it, none may hide it
-        except InvariantViolation:  # the answer is well-formed but its record is invalid
-            return fire_("fail_attempt", record, self.fallback)
-
-
 def poll_step(
     lease: MonitorInputs, read: ReceiverAnswer | AnswerRefused | BaseException | None
-) -> PollStep:
+) -> Step[MonitorInputs]:
     """The trigger and inputs that finish a leased poll, from what the read gave.
 
     ``lease`` is the poll's time, policy and lease; ``read`` the receiver's answer
@@ -299,13 +274,14 @@ def poll_step(
     """
     if isinstance(read, BaseException):
         code, retryable = reader_error_code(read)
-        return PollStep("fail_attempt", _inputs_with(lease, {"error_code": code,
-                                                             "retryable": retryable}))
+        return Step("fail_attempt", _inputs_with(lease, {"error_code": code,
+                                                         "retryable": retryable}))
     rejected = _inputs_with(
         lease, {"answer": None, "error_code": RESPONSE_INVALID, "retryable": False})
     if not isinstance(read, ReceiverAnswer):
-        return PollStep("fail_attempt", rejected)
-    return PollStep(trigger_for_answer(read), _inputs_with(lease, {"answer": read}), rejected)
+        return Step("fail_attempt", rejected)
+    return Step(trigger_for_answer(read), _inputs_with(lease, {"answer": read}),
+                Step("fail_attempt", rejected))
 
 
 def complete_with_answer(
@@ -320,7 +296,8 @@ def complete_with_answer(
     pure ``MONITOR.fire``). The checker and the generated tests run this; the facade
     runs :func:`poll_step` itself, so the rule lives in one place.
     """
-    return poll_step(inputs, answer).fire(record, fire)
+    after: MonitorRecord = poll_step(inputs, answer).fire(record, fire or MONITOR.fire)
+    return after
 
 
 def new_record(
@@ -569,7 +546,7 @@ MONITOR: Lifecycle[MonitorRecord, MonitorInputs] = Lifecycle(
 
 __all__ = [
     "MONITOR", "RESPONSE_INVALID", "STATE_INVALID", "STATUS_SCHEMA", "TABLE", "AnswerRefused",
-    "MonitorInputs", "MonitorRecord", "MonitorStatus", "PollStep", "ReceiverAnswer",
+    "MonitorInputs", "MonitorRecord", "MonitorStatus", "ReceiverAnswer",
     "ReceiverStatus", "RetryPolicy", "complete_with_answer", "lease_expired", "new_record",
     "parse_answer", "poll_step", "read_answer", "reader_error_code", "retry_delay", "token",
     "trigger_for_answer",

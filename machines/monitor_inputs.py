@@ -71,7 +71,6 @@ from lifecycles.machines.monitor import (
     FireMonitor,
     MonitorInputs,
     MonitorRecord,
-    PollStep,
     ReceiverAnswer,
     RetryPolicy,
     complete_with_answer,
@@ -91,6 +90,7 @@ from lifecycles.machines.monitor_responses import (
     rejected_responses,
     success_responses,
 )
+from lifecycles.machines.work import Step
 
 LEASE_SECONDS = 600.0
 POLICY = RetryPolicy()
@@ -347,8 +347,8 @@ class _Once:
     def __init__(self) -> None:
         self.built: dict[int, object] = {}
         self.parsed: ByIdentity[ReceiverAnswer | None] = ByIdentity()
-        self.steps: ByIdentity[tuple[ReceiverAnswer | None, PollStep]] = ByIdentity()
-        self.polled: ByIdentity[PollStep] = ByIdentity()
+        self.steps: ByIdentity[tuple[ReceiverAnswer | None, Step[MonitorInputs]]] = ByIdentity()
+        self.polled: ByIdentity[Step[MonitorInputs]] = ByIdentity()
         self.failures: ByIdentity[tuple[str, bool, MonitorInputs]] = ByIdentity()
         self.canonical: dict[MonitorInputs, MonitorInputs] = {}
 
@@ -357,12 +357,13 @@ class _Once:
             self.canonical.clear()
         return self.canonical.setdefault(inputs, inputs)
 
-    def step(self, poll: Poll, answer: ReceiverAnswer | None) -> PollStep:
+    def step(self, poll: Poll, answer: ReceiverAnswer | None) -> Step[MonitorInputs]:
         """:func:`poll_step` of the poll's inputs and answer, kept by both objects."""
-        def build() -> tuple[ReceiverAnswer | None, PollStep]:
+        def build() -> tuple[ReceiverAnswer | None, Step[MonitorInputs]]:
             made = poll_step(poll.inputs, answer)
-            return answer, PollStep(made.trigger, self.one(made.inputs), None
-                                    if made.fallback is None else self.one(made.fallback))
+            fallback = made.fallback
+            return answer, Step(made.trigger, self.one(made.inputs), None if fallback is None
+                                else Step(fallback.trigger, self.one(fallback.inputs)))
 
         kept, step = self.steps.get(poll.inputs, id(answer), build)  # the entry holds both
         return step if kept is answer else build()[1]
@@ -394,10 +395,10 @@ class _Once:
         cached.uncached = compute  # type: ignore[attr-defined]
         return cached
 
-    def answered(self, poll: Poll, record: MonitorRecord) -> PollStep:
+    def answered(self, poll: Poll, record: MonitorRecord) -> Step[MonitorInputs]:
         """:func:`poll_step` of the poll's inputs and its response parsed about ``record``:
         once per poll and notification when the exploration built the poll."""
-        def build() -> PollStep:
+        def build() -> Step[MonitorInputs]:
             return self.step(poll, self.parse(poll.response, record))
 
         if self.built.get(id(poll.response)) is not poll.response:

@@ -118,7 +118,8 @@ def redeclared(lifecycle: Lifecycle[Any, Any], **changed: Any) -> Lifecycle[Any,
         invariants=lifecycle.invariants, record_type=lifecycle.record_type,
         key_field=lifecycle.key_field, status_field=lifecycle.status_field,
         not_allowed_code=lifecycle.not_allowed_code, lease=lifecycle.lease,
-        handling=lifecycle.handling, description=lifecycle.description, status_meanings=lifecycle.status_meanings,
+        handling=lifecycle.handling, description=lifecycle.description,
+        status_meanings=lifecycle.status_meanings,
         beside_the_table=lifecycle.beside_the_table, module=lifecycle.module,
     )
     declared.update(changed)

@@ -23,10 +23,11 @@ from lifecycles.invariants.monitor import MonitorRecord, MonitorStatus
 from lifecycles.invariants.outbox import OutboxRecord
 from lifecycles.machines.core import Changes, Lifecycle, effect
 from lifecycles.machines.exploration import Exploration, explore, trigger_move
-from lifecycles.machines.monitor import MONITOR, MonitorInputs, PollStep
+from lifecycles.machines.monitor import MONITOR, MonitorInputs
 from lifecycles.machines.monitor_inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs
 from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX_EXPLORATION
+from lifecycles.machines.work import Step
 from lifecycles.stores.memory import MemoryStore
 from lifecycles.stores.sqlite import SQLiteStore
 
@@ -125,7 +126,7 @@ def test_a_poll_step_never_hides_one_behind_its_fallback() -> None:
     def breaks_a_step(trigger: str, record: Any, inputs: Any) -> Any:
         raise StepViolation("terminal_processing_monitor.state_invalid", ["some_step"])
 
-    step = PollStep("observe_progress", inputs=None, fallback=object())  # type: ignore[arg-type]
+    step = Step("observe_progress", inputs=None, fallback=Step("fail_attempt", None))
     with pytest.raises(StepViolation):
         step.fire(None, breaks_a_step)  # type: ignore[arg-type]
 

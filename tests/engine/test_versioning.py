@@ -199,7 +199,7 @@ def test_code_without_source_is_covered_by_its_name() -> None:
 # deliberate: it says the shipped behaviour's code changed. Regenerate the pages in
 # the same commit (`lifecycles diagrams`; `lifecycles diagrams --check` fails until
 # then), and re-record the status snapshot (`lifecycles check --record-statuses`).
-PINNED_TABLE_VERSIONS = {"monitor": "b56bbcbd9302", "outbox": "f23a52c825c6"}
+PINNED_TABLE_VERSIONS = {"monitor": "6888ed4b5900", "outbox": "f23a52c825c6"}
 
 
 def test_the_shipped_table_versions_are_pinned() -> None:

@@ -625,7 +625,9 @@ def test_poll_step_decides_the_trigger_from_the_read() -> None:
     assert answer is not None
     step = poll_step(lease, answer)
     assert (step.trigger, step.inputs.answer) == ("observe_success", answer)
-    assert step.fallback is not None and step.fallback.error_code == RESPONSE_INVALID
+    assert step.fallback is not None
+    assert (step.fallback.trigger, step.fallback.inputs.error_code) == (
+        "fail_attempt", RESPONSE_INVALID)
     refused = poll_step(lease, AnswerRefused(("answer_status_known",)))
     assert (refused.trigger, refused.inputs.error_code, refused.inputs.retryable) == (
         "fail_attempt", RESPONSE_INVALID, False)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from support.tasks import TASKS, Task, TaskInputs, new_task
-
 from lifecycles.machines.exploration import (
     AcceptedCycle,
     Exploration,
@@ -17,6 +15,7 @@ from lifecycles.machines.exploration import (
 )
 from lifecycles.machines.interleaving import Workers
 from lifecycles.machines.work import Permanent, Raised, Returned
+from support.tasks import TASKS, Task, TaskInputs, new_task
 
 LEASE_SECONDS = 30.0
 
