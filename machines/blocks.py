@@ -56,8 +56,10 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import linecache
 import math
+import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -119,7 +121,7 @@ def _generate(name: str, parameters: str, meaning: str, body: Sequence[str],
     ``__lifecycles_source__`` (with the source of the ``helpers`` it calls) and in
     ``linecache`` (so tracebacks and ``inspect`` show it)."""
     source = "".join(f"{helper}\n\n" for helper in helpers) + (
-        f"def {name}({parameters}):\n" + f"    {meaning!r}\n"
+        f"def {name}({parameters}):\n" + _docstring(meaning, "    ")
         + "".join(f"    {line}\n" for line in body))
     filename = f"<lifecycles block {name} {next(_NUMBERS)}>"
     namespace: dict[str, Any] = {"__name__": __name__, **(space or {})}
@@ -130,6 +132,27 @@ def _generate(name: str, parameters: str, meaning: str, body: Sequence[str],
     return function
 
 
+def _docstring(meaning: str, indent: str) -> str:
+    """``meaning`` as a docstring, wrapped to the page's width (``repr`` when it holds
+    what a triple-quoted string cannot)."""
+    if '"' in meaning or "\\" in meaning:
+        return f"{indent}{meaning!r}\n"
+    lines = textwrap.wrap(meaning, 88 - len(indent) - 3, break_on_hyphens=False)
+    if len(lines) == 1:
+        return f'{indent}"""{lines[0]}"""\n'
+    return (f'{indent}"""' + f"\n{indent}".join(lines) + f"\n{indent}" + '"""\n')
+
+
+def _returned(changes: Sequence[str]) -> list[str]:
+    """The lines of ``return {...}``, one change a line."""
+    return ["return {", *(f"    {change}," for change in changes), "}"]
+
+
+def _literal(value: str) -> str:
+    """A string as a double-quoted Python literal (JSON's escapes are Python's)."""
+    return json.dumps(value)
+
+
 def _expressed(name: str, meaning: str, expression: Expr) -> Invariant[Any]:
     """An invariant declared as an expression over the record's fields (:class:`Attr`
     nodes), as ``@expressed`` declares one, under a generated name; its compiled Python
@@ -138,7 +161,7 @@ def _expressed(name: str, meaning: str, expression: Expr) -> Invariant[Any]:
                             record="r")
     body = holds.__python_source__  # type: ignore[attr-defined]
     holds.__lifecycles_source__ = (  # type: ignore[attr-defined]
-        f"def {name}(r):\n    {meaning!r}\n    return {body}\n")
+        f"def {name}(r):\n{_docstring(meaning, '    ')}    return {body}\n")
     return Invariant(name, holds, meaning, expression=expression)
 
 
@@ -221,11 +244,11 @@ class Backoff:
         cap, base, factor = repr(float(self.cap)), repr(float(self.base)), repr(
             float(self.factor))
         delay = f"min({cap}, {base} * {factor} ** min(max(n - 1, 0), {self.saturation}))"
+        said = _docstring(f"The delay after the n-th failure: {self.meaning()}.", "    ")
         if not self.jitter:
-            return (f'def backoff(n):\n    """The delay after the n-th failure: '
-                    f'{self.meaning()}."""\n    return {delay}\n')
+            return f"def backoff(n):\n{said}    return {delay}\n"
         return (
-            f'def backoff(key, n):\n    """The delay after the n-th failure: {self.meaning()}."""\n'
+            f"def backoff(key, n):\n{said}"
             f"    delay = {delay}\n"
             '    digest = sha256(f"{key}:{n}".encode()).digest()\n'
             '    spread = int.from_bytes(digest[:8], "big") / 18446744073709551616.0\n'
@@ -291,9 +314,9 @@ class Leasing:
 
         def effect(default: str, writes: tuple[str, ...], meaning: str,
                    changes: list[str]) -> AnyEffect:
-            return Effect(name(default), _generate(name(default), "r, i", meaning, [
-                "return {" + ", ".join([*changes, *stamp]) + "}"]), (*writes, *stamped),
-                meaning)
+            return Effect(name(default), _generate(name(default), "r, i", meaning,
+                                                   _returned([*changes, *stamp])),
+                          (*writes, *stamped), meaning)
 
         # Comparisons alone (no and/or/is): the claim's symbolic form, one SQL statement.
         self.is_due = guard("is_due", "not_due", f"The record is due: {due} <= i.{n.now}.",
@@ -363,7 +386,8 @@ class Leasing:
         leased, n = self.leased_status(table), self.inputs
         status, owner, token, expires, due = (self.status, self.owner, self.token,
                                                self.expires, self.due)
-        claimed = f'a.{status} == "{leased}" and b.{status} != "{leased}"'
+        quoted = _literal(leased)
+        claimed = f"a.{status} == {quoted} and b.{status} != {quoted}"
 
         def step(default: str, parameters: str, meaning: str, body: list[str]
                  ) -> StepInvariant[Any]:
@@ -384,7 +408,7 @@ class Leasing:
             step("renewal_keeps_the_lease", "b, a",
                  f"A renewal ({leased} to {leased}) keeps {owner} and {token}, and never "
                  f"moves {expires} earlier.",
-                 [f'if not (a.{status} == "{leased}" and b.{status} == "{leased}"):',
+                 [f"if not (a.{status} == {quoted} and b.{status} == {quoted}):",
                   "    return True",
                   f"if a.{expires} is None or b.{expires} is None:",
                   "    return False",
@@ -394,7 +418,7 @@ class Leasing:
                  f"A {leased} record changes by its holder ({owner} == i.{n.worker_id} and"
                  f" {token} == i.{n.lease_token}) while the lease is live, and by another "
                  f"once it expired ({expires} <= i.{n.now}), never otherwise.",
-                 [f'if b.{status} != "{leased}":', "    return True",
+                 [f"if b.{status} != {quoted}:", "    return True",
                   f"live = b.{expires} is not None and i.{n.now} < b.{expires}",
                   f"holder = i.{n.worker_id} == b.{owner} and i.{n.lease_token} == b.{token}",
                   "return holder == live"]),
@@ -475,7 +499,7 @@ class Retry:
             changes = [f'"{failures}": failures', f'"{self.error}": {error}', *ended, *stamp]
             if retried:
                 changes.insert(1, f'"{due}": i.{n.now} + {delay}')
-            body.append("return {" + ", ".join(changes) + "}")
+            body.extend(_returned(changes))
             return Effect(name(default), _generate(
                 name(default), "r, i", meaning, body, helpers if retried else (), space),
                 (*writes[:1], *((due,) if retried else ()), *writes[1:]), meaning)
@@ -499,11 +523,11 @@ class Retry:
         self.retry_after_expiry = effect(
             "retry_after_expiry",
             f"Count the expired lease as a failure: {failures} + 1, {self.error} = "
-            f"{expired_error!r}; {retry}{lease_ends}.", repr(expired_error), True)
+            f"'{expired_error}'; {retry}{lease_ends}.", _literal(expired_error), True)
         self.give_up_after_expiry = effect(
             "give_up_after_expiry",
             f"Count the expired lease as a failure and give up: {failures} + 1, "
-            f"{self.error} = {expired_error!r}{lease_ends}.", repr(expired_error), False)
+            f"{self.error} = '{expired_error}'{lease_ends}.", _literal(expired_error), False)
         self.guards: tuple[AnyGuard, ...] = (self.failures_remain, self.retry_allowed)
         self.effects: tuple[AnyEffect, ...] = (
             self.schedule_retry, self.give_up, self.retry_after_expiry,
