@@ -57,6 +57,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import keyword
 import linecache
 import math
 import textwrap
@@ -109,7 +110,8 @@ _NUMBERS = itertools.count(1)
 
 def _identifier(check: str, role: str, name: object) -> str:
     """``name`` when it is a plain identifier the generated code can read; else refuse."""
-    if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) \
+            or name.startswith("_"):
         raise DefinitionError(check, f"{role} must name a field: {name!r} is no identifier")
     return name
 

@@ -374,6 +374,7 @@ def test_inputs_are_read_under_the_names_declared() -> None:
     (lambda: retry(LEASE, backoff=5.0), "retry_blocks", "must be a Backoff"),
     (lambda: retry(LEASE, clears=("owner; import os",)), "retry_blocks", "no identifier"),
     (lambda: leasing(due="__class__"), "lease_blocks", "no identifier"),
+    (lambda: leasing(owner="class"), "lease_blocks", "no identifier"),
     (lambda: leasing(inputs=InputNames(now="now()")), "lease_blocks", "no identifier"),
     (lambda: retry(LEASE, prefix="1st "), "block_names", "no identifier"),
 ])
