@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from lifecycles.invariants.core import FieldRule, field_rules
+from lifecycles.machines.blocks import source_of
 from lifecycles.machines.core import Lifecycle, Row
 from lifecycles.machines.exploration import Exploration
 from lifecycles.machines.graph import shortest_paths, statuses_in_flow_order, statuses_reaching
@@ -430,8 +431,7 @@ def _generated_code(lifecycle: AnyLifecycle) -> list[str]:
         *((rule.name, "invariant", rule.holds) for rule in lifecycle.invariants),
         *((rule.name, "step invariant", rule.holds) for rule in lifecycle.invariants.steps),
     ]
-    generated = [(name, kind, getattr(function, "__lifecycles_source__", None))
-                 for name, kind, function in pieces]
+    generated = [(name, kind, source_of(function)) for name, kind, function in pieces]
     if not any(source for _, _, source in generated):
         return []
     out = [

@@ -71,7 +71,7 @@ from lifecycles.invariants.expressions import Attr, Expr, all_of, python_functio
 from lifecycles.machines.core import DefinitionError, Effect, Guard, Lease
 
 __all__ = [
-    "Backoff", "InputNames", "Leasing", "Retry", "WorkInputs", "named_in",
+    "Backoff", "InputNames", "Leasing", "Retry", "WorkInputs", "named_in", "source_of",
 ]
 
 AnyGuard = Guard[Any, Any]
@@ -132,6 +132,13 @@ def _generate(name: str, parameters: str, meaning: str, body: Sequence[str],
     function: Callable[..., Any] = namespace[name]
     function.__lifecycles_source__ = source  # type: ignore[attr-defined]
     return function
+
+
+def source_of(function: object) -> str | None:
+    """The source text a building block's function was generated from (``None``: the
+    function was written in a module, where ``inspect`` finds its source)."""
+    source = getattr(function, "__lifecycles_source__", None)
+    return source if isinstance(source, str) else None
 
 
 def _docstring(meaning: str, indent: str) -> str:
