@@ -13,7 +13,8 @@ Source text, not bytecode: the same code gives the same version on every Python
 version. A comment or a blank line changes it too (a page is regenerated for nothing,
 never left stale). Code whose source cannot be read (a function built at run time, an
 installation without ``.py`` files) is covered by its qualified name only, and the
-material says so.
+material says so. A building block's function (:mod:`lifecycles.machines.blocks`) is
+generated code: its own source text, kept on it, is what is digested.
 """
 
 from __future__ import annotations
@@ -117,6 +118,9 @@ def canonical(item: object, depth: int = 0) -> str:
 
 
 def _function_text(function: Callable[..., Any], depth: int) -> str:
+    generated = getattr(function, "__lifecycles_source__", None)
+    if generated is not None:  # a building block's code, its field names and bounds in it
+        return f"generated {generated}"
     compiled = getattr(function, "__python_source__", None)
     if compiled is not None:  # compiled from an expression: its text names its constants
         constants = {name: value for name, value in getattr(function, "__globals__", {}).items()
