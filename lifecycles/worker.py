@@ -38,6 +38,7 @@ import concurrent.futures
 import contextlib
 import inspect
 import os
+import queue
 import random
 import secrets
 import signal
@@ -46,6 +47,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -96,10 +98,12 @@ class HeldLease:
     or fencing key) so that a call made after the lease was lost can be told apart.
     ``expires_at`` moves later with each renewal. ``lost`` turns true when a renewal is
     refused; a long handler should check it (or call :meth:`raise_if_lost`) before each
-    side effect it cannot take back.
+    side effect it cannot take back. :meth:`renew` renews the lease now and says whether
+    it is still held: call it right before such a side effect (see docs/extending.md,
+    "A stalled worker").
     """
 
-    __slots__ = ("_lost", "attempt", "expires_at", "key", "token", "worker_id")
+    __slots__ = ("_lost", "_renew", "attempt", "expires_at", "key", "token", "worker_id")
 
     def __init__(self, key: str, token: str, worker_id: str, expires_at: float | None,
                  attempt: int | None) -> None:
@@ -109,6 +113,7 @@ class HeldLease:
         self.expires_at = expires_at
         self.attempt = attempt
         self._lost = threading.Event()
+        self._renew: Callable[[], bool] | None = None
 
     @property
     def lost(self) -> bool:
@@ -120,6 +125,18 @@ class HeldLease:
         if self._lost.is_set():
             raise LeaseLostError(f"the lease on {self.key} was lost")
 
+    def renew(self) -> bool:
+        """Fire the lifecycle's renewal row now (a compare-and-set: this worker, this token,
+        a live lease) and wait for it: ``True`` when the lease is held for another lease
+        length from now, ``False`` (and :attr:`lost`) when it was refused. Requires a
+        renewal row (``Handling(renewal=...)``)."""
+        if self._lost.is_set():
+            return False
+        if self._renew is None:
+            raise LeaseLostError(f"the lease on {self.key} cannot be renewed: the lifecycle "
+                                 "declares no renewal row", code="lifecycles.not_renewable")
+        return self._renew()
+
     def mark_lost(self) -> None:
         self._lost.set()
 
@@ -128,14 +145,21 @@ class HeldLease:
                 f"{' lost' if self.lost else ''}>")
 
 
-@attrs.frozen(eq=False)
+@attrs.define(eq=False)
 class Claimed(Generic[R, I]):
-    """A record as this worker leased it, the inputs of its lease, and its :class:`HeldLease`."""
+    """A record this worker leased: as it last wrote it (the claim, then each renewal),
+    the inputs of its lease, and its :class:`HeldLease`."""
 
     record: R
     inputs: I
     lease: HeldLease
     lease_seconds: float
+
+    def renew_at(self, fraction: float) -> float | None:
+        """When the lease is due for renewal: ``fraction`` of a lease length after it was
+        last taken or renewed (``None``: no expiry to renew)."""
+        expires = self.lease.expires_at
+        return None if expires is None else expires - (1 - fraction) * self.lease_seconds
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -326,8 +350,21 @@ class LeaseWork(Generic[R, I]):
         renewed = lease_protocol.complete(
             store, self.lifecycle, claimed.record,
             lambda record, fire: fire(trigger, record, inputs))
+        claimed.record = renewed  # the finishing step compares with what was written last
         lease.expires_at = getattr(renewed, self.lease.expires_field)
         return renewed
+
+    def renew_or_lose(self, store: Store[R], claimed: Claimed[R, I], now: float) -> bool:
+        """:meth:`renew`, as a handler asks it: ``True`` renewed; ``False`` refused (the
+        lease is marked lost) or the store could not be asked (not known to be held)."""
+        try:
+            self.renew(store, claimed, now)
+        except self.refusals:
+            claimed.lease.mark_lost()
+            return False
+        except StoreUnavailable:
+            return False
+        return True
 
     def _outcome(self, claimed: Claimed[R, I], result: Result, step: Step[I] | Leave | None,
                  record: R | None, refusal: BaseException | None,
@@ -362,6 +399,33 @@ class Idle:
         return float(base * (1 - self.jitter * draw()))
 
 
+class _Requests:
+    """Calls that must run on the thread owning the store, asked from handler threads:
+    :meth:`ask` waits for the answer; the owner runs what is asked in :meth:`serve`."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self._asked: queue.SimpleQueue[tuple[Callable[[], bool],
+                                             concurrent.futures.Future[bool]]] = queue.SimpleQueue()
+        self._wake = wake
+
+    def ask(self, call: Callable[[], bool]) -> bool:
+        answer: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        self._asked.put((call, answer))
+        self._wake()
+        return answer.result()
+
+    def serve(self) -> None:
+        while True:
+            try:
+                call, answer = self._asked.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                answer.set_result(call())
+            except BaseException as error:  # the asker sees it; the owner goes on
+                answer.set_exception(error)
+
+
 @attrs.define(eq=False)
 class _Running(Generic[R, I]):
     """A handler call in flight: its claim, when it started, and its future."""
@@ -369,7 +433,6 @@ class _Running(Generic[R, I]):
     claimed: Claimed[R, I]
     started: float
     future: concurrent.futures.Future[Any]
-    renew_at: float | None
 
 
 class Worker(Generic[R, I]):
@@ -433,6 +496,8 @@ store is opened anew).
         self._stopping = threading.Event()
         self._halt = threading.Event()
         self._wake = threading.Event()
+        # Renewals a handler asks for (lease.renew()), served by the thread owning the store.
+        self._requests = _Requests(self._wake.set)
 
     # -- one pass, for scripts and tests ---------------------------------------------
 
@@ -469,14 +534,31 @@ store is opened anew).
 
     def _handle_now(self, claimed: list[Claimed[R, I]], now: float | None,
                     ) -> list[WorkOutcome[R]]:
+        def clock() -> float:
+            return self.clock() if now is None else now
+
         finished = []
+        renewing = self.work.handling.renewal is not None
         if self.is_async or (self.concurrency > 1 and len(claimed) > 1):
             with self._executor() as submit:
-                running = [(item, self.clock(), submit(item)) for item in claimed]
+                running = []
+                for item in claimed:
+                    if renewing:  # asked from the handler's thread, served from this one
+                        item.lease._renew = partial(self._requests.ask, partial(
+                            self._renew_held, item, clock))
+                    future = submit(item)
+                    future.add_done_callback(lambda _: self._wake.set())
+                    running.append((item, self.clock(), future))
+                while not all(future.done() for _, _, future in running):
+                    self._requests.serve()
+                    self._wake.wait(1.0)
+                    self._wake.clear()
                 for item, started, future in running:
                     finished.append((item, _result_of(future), self.clock() - started))
         else:  # one at a time, in this thread: no pool to start for it
             for item in claimed:
+                if renewing:
+                    item.lease._renew = partial(self._renew_held, item, clock)
                 started = self.clock()
                 finished.append((item, self.work.call(self.handler, item), self.clock() - started))
         moment = self.clock() if now is None else now
@@ -488,6 +570,10 @@ store is opened anew).
         for outcome in outcomes:
             self._report(outcome)
         return outcomes
+
+    def _renew_held(self, claimed: Claimed[R, I], clock: Callable[[], float]) -> bool:
+        """A renewal a handler asked for (:meth:`HeldLease.renew`), on the store's thread."""
+        return self.work.renew_or_lose(self.store, claimed, clock())
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -568,12 +654,12 @@ store is opened anew).
                submit: Callable[[Claimed[R, I]], concurrent.futures.Future[Any]],
                running: dict[str, _Running[R, I]]) -> None:
         started = self.clock()
+        if self.work.handling.renewal is not None:
+            claimed.lease._renew = partial(self._requests.ask, partial(
+                self._renew_held, claimed, self.clock))
         future = submit(claimed)
         future.add_done_callback(lambda _: self._wake.set())
-        renew_at = None
-        if self.work.handling.renewal is not None:
-            renew_at = started + self.work.handling.renew_at * claimed.lease_seconds
-        running[claimed.lease.key] = _Running(claimed, started, future, renew_at)
+        running[claimed.lease.key] = _Running(claimed, started, future)
 
     def _write_finished(self, running: dict[str, _Running[R, I]]) -> None:
         """Write every lease whose handler has finished, together; report each once durable."""
@@ -593,22 +679,25 @@ store is opened anew).
             self._report(outcome)
 
     def _renew_due(self, running: dict[str, _Running[R, I]]) -> None:
+        """Serve the renewals handlers asked for, then renew every lease that is due."""
+        self._requests.serve()
+        fraction = self.work.handling.renew_at
+        if self.work.handling.renewal is None:
+            return
         now = self.clock()
         for item in running.values():
-            if item.renew_at is None or item.renew_at > now or item.future.done():
+            claimed = item.claimed
+            due = claimed.renew_at(fraction)
+            if due is None or due > now or item.future.done() or claimed.lease.lost:
                 continue
-            try:
-                renewed = self.work.renew(self.store, item.claimed, now)
-            except self.work.refusals:
-                item.claimed.lease.mark_lost()
-                item.renew_at = None
-                continue
-            item.claimed = attrs.evolve(item.claimed, record=renewed)
-            item.renew_at = now + self.work.handling.renew_at * item.claimed.lease_seconds
+            self.work.renew_or_lose(self.store, claimed, now)
 
     def _until_next_renewal(self, running: dict[str, _Running[R, I]],
                             wait: float | None) -> float | None:
-        upcoming = [item.renew_at for item in running.values() if item.renew_at is not None]
+        fraction = self.work.handling.renew_at
+        upcoming = [due for item in running.values()
+                    if self.work.handling.renewal is not None and not item.claimed.lease.lost
+                    and (due := item.claimed.renew_at(fraction)) is not None]
         if not upcoming:
             return wait
         until = max(0.0, min(upcoming) - self.clock())

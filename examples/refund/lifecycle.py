@@ -39,6 +39,7 @@ from lifecycles.invariants.expressions import Expr, Fields
 from lifecycles.machines.audit import FiredBy
 from lifecycles.machines.blocks import Backoff, Leasing, Retry, WorkInputs, named_in
 from lifecycles.machines.core import Changes, Lifecycle, effect
+from lifecycles.machines.work import Handling, outcomes
 
 CODE = "refund."
 
@@ -175,6 +176,14 @@ REFUND: Lifecycle[Refund, WorkInputs] = Lifecycle(
     key_field="refund_id",
     not_allowed_code=CODE + "not_allowed",
     lease=LEASE.lease,
+    # How a worker runs it (`lifecycles worker refund ...`): the handler returns to succeed
+    # and raises to fail (Permanent: not retryable); a long call renews the lease.
+    handling=Handling(
+        inputs=lambda now, worker_id, token, seconds: WorkInputs(
+            now=now, worker_id=worker_id, lease_token=token, lease_seconds=seconds),
+        finish=outcomes(success="succeed", failure="fail"),
+        renewal="renew", attempt=lambda refund: refund.failures + 1,
+    ),
     status_meanings={
         "submitted": "Waiting for its first attempt.",
         "leased": "A worker holds the lease and is asking the payment provider.",

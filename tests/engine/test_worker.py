@@ -408,3 +408,56 @@ def test_results_reach_finish_as_returned_or_raised() -> None:
                     handling=attrs.evolve(declared, finish=finish))
     worker.run_once()
     assert seen == [Returned(42)]
+
+
+def test_a_handler_renews_its_lease_before_a_side_effect(open_store: StoreFactory) -> None:
+    store = filled(open_store, 1)
+    clock = Clock(100.0)
+    answers: list[tuple[bool, float | None]] = []
+
+    def handler(task: Task, lease: HeldLease) -> None:
+        clock.now = 120.0
+        answers.append((lease.renew(), lease.expires_at))
+
+    Worker(TASKS, store, handler, lease_seconds=30, clock=clock).run_once()
+    assert answers == [(True, 150.0)]  # held for another lease length from now
+    assert statuses(store) == {"task-000": "succeeded"}
+
+
+def test_a_renewal_asked_after_the_lease_was_rescued_is_refused(
+    open_store: StoreFactory,
+) -> None:
+    """The stalled worker's guard: its renewal right before the side effect says no."""
+    store = filled(open_store, 1)
+    clock = Clock(100.0)
+    answers: list[tuple[bool, bool]] = []
+
+    def handler(task: Task, lease: HeldLease) -> None:
+        clock.now = 200.0  # stalled past the lease; another worker rescues it
+        assert Worker(TASKS, open_store(), lambda t, lease: None, worker_id="worker-2",
+                      clock=lambda: 200.0).run_once() is None
+        answers.append((lease.renew(), lease.lost))
+
+    outcome = Worker(TASKS, store, handler, worker_id="worker-1", lease_seconds=30,
+                     clock=clock).run_once()
+    assert answers == [(False, True)]
+    assert outcome is not None and outcome.refusal is not None
+    stored = store.get("task-000")
+    assert stored is not None and (stored.status, stored.last_error) == ("queued", "lease_expired")
+
+
+def test_handlers_on_other_threads_renew_through_the_worker(open_store: StoreFactory) -> None:
+    store = filled(open_store, 4)
+    answers: list[bool] = []
+    lock = threading.Lock()
+
+    def handler(task: Task, lease: HeldLease) -> None:
+        held = lease.renew()
+        with lock:
+            answers.append(held)
+
+    Worker(TASKS, open_store, handler, concurrency=4, batch_size=2).run_batch()
+    Worker(TASKS, open_store, handler, concurrency=2, batch_size=2).run(
+        until_idle=True, install_signal_handlers=False)
+    assert answers == [True] * 4
+    assert set(statuses(store).values()) == {"succeeded"}
