@@ -373,11 +373,14 @@ def _interleaved(exploration: Exploration[Any]) -> list[str]:
     found = result.finding
     verdict = (f"found {found.kind}: {found.message}" if found
                else "cut at its bounds" if result.truncated else "complete, every property holds")
+    handling = exploration.lifecycle.handling
+    renewal = (f" a renewal (`{handling.renewal}`) by a worker holding a lease,"
+               if handling is not None and handling.renewal is not None else "")
     return [
         f"Interleaved workers: {exploration.workers.bounds}. Each step runs the lease "
         "protocol on the in-memory store: a claim (rescuing expired leases first), a "
-        "completion by compare-and-set, a worker stopping, the clock moving to the next "
-        f"due time or lease expiry. Checked besides the invariants: {PROPERTIES}. "
+        f"completion by compare-and-set,{renewal} a worker stopping, the clock moving to "
+        f"the next due time or lease expiry. Checked besides the invariants: {PROPERTIES}. "
         f"Explored: {result.states:,} states, {result.steps:,} steps, depth "
         f"{result.depth}, {verdict} (`lifecycles check --workers N --records M` widens it).",
         "",

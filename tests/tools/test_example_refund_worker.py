@@ -33,6 +33,7 @@ HANDLER = ROOT / "examples" / "refund" / "handler.py"
 import_target(str(LIFECYCLE))  # the example is not installed: put its root on the path
 
 from examples.refund.lifecycle import REFUND, new_refund  # noqa: E402
+
 COUNT = 200
 
 
