@@ -200,8 +200,6 @@ def _open_sqlite(path: Path, timeout: float) -> sqlite3.Connection:
 
 def _open_postgres(dsn: str, timeout: float) -> Any:
     try:
-        import psycopg
-
         from lifecycles.stores.base import StoreError
         from lifecycles.stores.postgres import connect
     except ImportError:
@@ -211,7 +209,7 @@ def _open_postgres(dsn: str, timeout: float) -> Any:
     try:
         return connect(dsn, connect_timeout=max(1, round(timeout)),
                        application_name="lifecycles-cli")
-    except psycopg.ProgrammingError as error:  # a malformed connection string
+    except ValueError as error:  # a malformed connection string (connect() says so)
         raise _fail(EXIT_USAGE, "dsn_invalid",
                     f"--dsn is not a valid connection string ({_first_line(error)})") from None
     except StoreError as error:
