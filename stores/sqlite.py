@@ -300,9 +300,15 @@ class SQLiteStore(SQLStore[R]):
         return rows
 
     def change(self, statement: str, params: Sequence[Any]) -> int:
+        implicit = False
         try:
+            # Outside a store transaction sqlite3 opens one of its own before the write;
+            # a failed write would leave it open, and every later transaction nested.
+            implicit = not self._depth and not self.connection.in_transaction
             return int(self.connection.execute(statement, params).rowcount)
         except sqlite3.Error as error:
+            if implicit:
+                self._roll_back()
             self.raise_store_error(error)
 
     def locate(self) -> str:
