@@ -420,3 +420,47 @@ def test_a_locked_or_closed_database_is_database_unreachable(tmp_path: Path) -> 
         got = answered(lambda m=monitor: m.status("e0", now=200))
         assert got == (sqlite3.ProgrammingError if monitor is ref
                        else CODE + "database_unreachable")
+
+
+def test_a_lease_left_by_a_failed_write_is_taken_up_by_the_workers_next_call(
+    tmp_path: Path,
+) -> None:
+    """``run_once``'s completion fails: the database is locked past the timeout.
+
+    The item stays leased to the worker in both. The reference's next ``run_once`` by
+    that worker claims the next item and leaves this one leased, stranded until its
+    lease expires (and counted as a failure then). Lifecycles keeps the lease as a doubt
+    of that worker (so it does for a claim whose commit's answer was lost:
+    tests/monitor/test_monitor_uncertain_commit.py), and the worker's next call polls
+    that very lease again, same token, at least once as after a crash.
+    """
+    ref, ours = both(tmp_path, timeout=0.05)
+    for monitor, path in ((ref, tmp_path / "reference.db"), (ours, tmp_path / "lifecycles.db")):
+        holder = sqlite3.connect(path, isolation_level=None)
+
+        def locking(event_id: str, site_id: str, holder: Any = holder) -> Any:
+            holder.execute("BEGIN IMMEDIATE")  # held while the answer is written
+            return answer(event_id, site_id, "succeeded")
+
+        try:
+            failed = answered(lambda m=monitor, r=locking: m.run_once(r, "w1", now=200))
+        finally:
+            holder.execute("ROLLBACK")
+        assert failed == (sqlite3.OperationalError if monitor is ref
+                          else CODE + "database_unreachable")
+        token = row(monitor, "e0")["lease_token"]
+        assert row(monitor, "e0")["status"] == "leased" and token is not None
+        asked: list[str] = []
+
+        def reader(event_id: str, site_id: str, asked: list[str] = asked) -> Any:
+            asked.append(event_id)
+            return answer(event_id, site_id, "succeeded")
+
+        outcome = monitor.run_once(reader, "w1", now=201)
+        if monitor is ref:
+            assert asked == ["e1"] and outcome.event_id == "e1"
+            assert (row(ref, "e0")["status"], row(ref, "e0")["lease_token"]) == ("leased", token)
+        else:
+            assert asked == ["e0"] and outcome.event_id == "e0"
+            assert (row(ours, "e0")["status"], row(ours, "e1")["status"]) == (
+                "succeeded", "pending")
