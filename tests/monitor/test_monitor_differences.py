@@ -422,6 +422,29 @@ def test_a_locked_or_closed_database_is_database_unreachable(tmp_path: Path) -> 
                        else CODE + "database_unreachable")
 
 
+def test_a_database_locked_past_the_timeout_at_construction_is_database_unreachable(
+    tmp_path: Path,
+) -> None:
+    """Another connection holds the write lock while a monitor opens the file.
+
+    The reference's constructor lets ``sqlite3.OperationalError`` (database is locked)
+    escape. Lifecycles raises ``database_unreachable`` (``outcome_unknown`` false), and
+    nothing is created in the file: the constructor is an entry point like any other.
+    """
+    for module in (reference, lifecycles_monitor):
+        path = tmp_path / f"{module.__name__}.db"
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            got = answered(lambda m=module, p=path: m.DurableTerminalProcessingMonitor(
+                sqlite3.connect(p, timeout=0.05), CAPABILITIES))
+        finally:
+            holder.execute("ROLLBACK")
+        assert got == (sqlite3.OperationalError if module is reference
+                       else CODE + "database_unreachable")
+        assert holder.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,)
+
+
 def test_a_lease_left_by_a_failed_write_is_taken_up_by_the_workers_next_call(
     tmp_path: Path,
 ) -> None:
