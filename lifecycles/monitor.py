@@ -34,7 +34,7 @@ import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Any
 
 from lifecycles.invariants.core import (
@@ -362,18 +362,22 @@ class DurableTerminalProcessingMonitor:
             _checked(worker_id_rule, worker_id)
             moment = _time(now)
             seconds = _seconds(lease_seconds, lease_duration)
-        resumed = self._resumed(worker_id, moment, 1)
-        if resumed:
-            return resumed[0]
+        if LEASE_DOUBTS:  # the common path asks nothing more
+            resumed = self._resumed(worker_id, moment, 1)
+            if resumed:
+                return resumed[0]
         token = new_lease_token()
         inputs = MonitorInputs(
             now=moment, policy=self.policy, worker_id=worker_id,
             lease_token=token, lease_seconds=seconds,
         )
-        with self._doubtful(worker_id, [token], moment + seconds, claiming=True), (
-            public_errors(self.store)
-        ):
-            return self.store.claim(inputs)  # its transaction checks the schema first
+        try:
+            with public_errors(self.store):
+                return self.store.claim(inputs)  # its transaction checks the schema first
+        except DatabaseUnreachable as error:
+            if error.outcome_unknown:  # it may have leased a record under this token
+                self._keep_doubt(worker_id, [token], moment + seconds)
+            raise
 
     def _claim_many(
         self, worker_id: Any, now: float, lease_seconds: Any, limit: int
@@ -382,7 +386,7 @@ class DurableTerminalProcessingMonitor:
         with self._schema_first():
             _checked(worker_id_rule, worker_id)
             seconds = _seconds(lease_seconds, lease_duration)
-        resumed = self._resumed(worker_id, now, limit)
+        resumed = self._resumed(worker_id, now, limit) if LEASE_DOUBTS else []
         if len(resumed) == limit:
             return resumed
         tokens: list[str] = []
@@ -394,18 +398,21 @@ class DurableTerminalProcessingMonitor:
                 lease_token=tokens[-1], lease_seconds=seconds,
             )
 
-        with self._doubtful(worker_id, tokens, now + seconds, claiming=True), (
-            public_errors(self.store)
-        ):
-            return [*resumed, *self.store.claim_many(inputs_for, limit - len(resumed))]
+        try:
+            with public_errors(self.store):
+                return [*resumed, *self.store.claim_many(inputs_for, limit - len(resumed))]
+        except DatabaseUnreachable as error:
+            if error.outcome_unknown:  # it may have leased records under these tokens
+                self._keep_doubt(worker_id, tokens, now + seconds)
+            self._keep_doubts_of(resumed)  # taken up again, not yet done
+            raise
 
     # -- doubts: leases a failed write may have left to this worker ------------------
 
     def _resumed(self, worker_id: str, now: float, limit: int) -> list[MonitorRecord]:
         """The leases this worker still holds from a write that failed unconfirmed, up to
-        ``limit``: its claim takes them up again. Nothing pending: no query at all."""
-        if not LEASE_DOUBTS:
-            return []
+        ``limit``: its claim takes them up again (called only while some doubt is
+        pending in the process; otherwise a claim asks nothing more)."""
         where = self.store.location
         doubt = LEASE_DOUBTS.take(where, worker_id, now)
         if doubt is None:
@@ -422,21 +429,26 @@ class DurableTerminalProcessingMonitor:
             LEASE_DOUBTS.add(where, worker_id, resumed.left)
         return resumed.taken
 
-    @contextmanager
-    def _doubtful(
-        self, worker_id: str, tokens: list[str], expires_at: float, *, claiming: bool
-    ) -> Iterator[None]:
-        """A write that, failing with ``database_unreachable``, may leave this worker
-        leases under ``tokens`` (read when it fails: a batch adds them as it goes): a
-        claim when its commit is unknown, a completion whatever the outcome (not
-        committed, the lease is still held). They are kept as a doubt."""
-        try:
-            yield
-        except DatabaseUnreachable as error:
-            if tokens and (error.outcome_unknown or not claiming):
-                LEASE_DOUBTS.add(self.store.location, worker_id, lease_protocol.Doubt(
-                    frozenset(tokens), expires_at, (("lease_owner", worker_id),)))
-            raise
+    def _keep_doubt(self, worker_id: str, tokens: list[str], expires_at: float) -> None:
+        """Leases under ``tokens`` that a failed write may have left to this worker, until
+        ``expires_at`` at the latest: its next claim looks for them."""
+        if tokens:
+            LEASE_DOUBTS.add(self.store.location, worker_id, lease_protocol.Doubt(
+                frozenset(tokens), expires_at, (("lease_owner", worker_id),)))
+
+    def _keep_doubts_of(self, claimed: list[MonitorRecord]) -> None:
+        """The leases of ``claimed``, whose completion failed with ``database_unreachable``:
+        not committed, they are still held; committed unseen, the doubt resolves to
+        nothing. Either way the worker's next claim looks."""
+        leases: dict[str, list[tuple[str, float]]] = {}
+        for r in claimed:  # leased records: owner, token and expiry are set (an invariant)
+            if r.lease_owner is not None and r.lease_token is not None and (
+                r.lease_expires_at is not None
+            ):
+                leases.setdefault(r.lease_owner, []).append((r.lease_token, r.lease_expires_at))
+        for worker_id, held in leases.items():
+            self._keep_doubt(worker_id, [token for token, _ in held],
+                             max(expiry for _, expiry in held))
 
     def run_once(
         self,
@@ -454,18 +466,11 @@ class DurableTerminalProcessingMonitor:
         step = self._poll(reader, claimed, moment)
         if isinstance(step, TerminalProcessingMonitorBlocked):
             raise step  # the monitor's own refusal, met inside the reader
-        with self._completing([claimed]):
+        try:
             return outcome_of(self._finish(claimed, step))
-
-    def _completing(self, claimed: list[MonitorRecord]) -> AbstractContextManager[None]:
-        """The completion of ``claimed``: their leases stay in doubt if it fails unconfirmed."""
-        leases = [(r.lease_owner, r.lease_token, r.lease_expires_at) for r in claimed]
-        held = [(owner, token, expiry) for owner, token, expiry in leases
-                if owner is not None and token is not None and expiry is not None]
-        if not held:
-            return nullcontext()
-        return self._doubtful(held[0][0], [token for _, token, _ in held],
-                              max(expiry for _, _, expiry in held), claiming=False)
+        except DatabaseUnreachable:
+            self._keep_doubts_of([claimed])
+            raise
 
     def run_many(
         self,
@@ -496,7 +501,23 @@ class DurableTerminalProcessingMonitor:
         results: list[TerminalProcessingOutcome | TerminalProcessingMonitorBlocked | None]
         results = [step if isinstance(step, TerminalProcessingMonitorBlocked) else None
                    for step in steps]
-        with self._completing(claimed), public_errors(self.store), self.store.transaction():
+        try:
+            self._complete_batch(claimed, steps, results)
+        except DatabaseUnreachable:
+            self._keep_doubts_of(claimed)
+            raise
+        finished = [result for result in results if result is not None]
+        assert len(finished) == len(claimed)  # each item: its outcome or its refusal
+        return finished
+
+    def _complete_batch(
+        self, claimed: list[MonitorRecord],
+        steps: list[PollStep | TerminalProcessingMonitorBlocked],
+        results: list[TerminalProcessingOutcome | TerminalProcessingMonitorBlocked | None],
+    ) -> None:
+        """``run_many``'s completions, in one transaction, each into its place in
+        ``results`` (a step that is already a refusal is left as it is)."""
+        with public_errors(self.store), self.store.transaction():
             # Each completion decided first, then all written together; an item whose
             # write finds its record changed (or whose step the table refuses on the
             # record as claimed) is decided again alone, on the record as stored.
@@ -526,9 +547,6 @@ class DurableTerminalProcessingMonitor:
                     results[at] = outcome_of(self._finish(claimed[at], step))
                 except (LeaseLost, StateInvalid) as refusal:
                     results[at] = refusal
-        finished = [result for result in results if result is not None]
-        assert len(finished) == len(claimed)  # each item: its outcome or its refusal
-        return finished
 
     def _poll(
         self, reader: Callable[[str, str], Any], claimed: MonitorRecord, now: float
