@@ -315,7 +315,8 @@ MEANINGS: Mapping[str, tuple[str, str, str]] = {
         "error while committing). Not in the reference, which let the driver's exception "
         "out.",
         "Every call.",
-        "`outcome_unknown` false: nothing. True: the write may have committed or not. "
+        "Nothing, unless `outcome_unknown` is true: then the write may have committed or "
+        "not. "
         "`register` and `register_many` are idempotent: retry them, they answer what is "
         "stored. `status` and `health` only read. After `claim`, `run_once` or "
         "`run_many`, a lease may be left to the worker (a claim committed unseen, a "
