@@ -22,8 +22,16 @@ from typing import Any
 
 import pytest
 from support.monitor import CAPABILITIES, answer, every_table, notification
+from support.store_operations import (
+    OPERATION_NAMES,
+    WITHOUT_STATEMENTS,
+    filled,
+    operations,
+    public_methods,
+    record,
+)
 
-from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
+from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor import DatabaseUnreachable, DurableTerminalProcessingMonitor
 from lifecycles.stores.base import StoreUnavailable
 from lifecycles.stores.sqlite import SQLiteStore, connect
@@ -63,17 +71,6 @@ def driver_cause(error: BaseException) -> BaseException | None:
     while cause is not None and not isinstance(cause, sqlite3.Error):
         cause = cause.__cause__
     return cause
-
-
-def record(index: int) -> Any:
-    return new_record(
-        event_id=f"e{index}", notification_id=f"n{index}", site_id="s",
-        terminal_status="published", notification_sha256="a" * 64, max_failures=3, now=10.0,
-    )
-
-
-def claim_inputs(token: str, now: float = 20.0) -> MonitorInputs:
-    return MonitorInputs(now=now, worker_id="w1", lease_token=token, lease_seconds=30.0)
 
 
 # --- the constructors --------------------------------------------------------------
@@ -220,88 +217,31 @@ def test_a_commit_that_fills_the_disk_changes_nothing(full_disk: Path) -> None:
 # --- every operation of the generic store, and of the monitor ------------------------
 
 
-def generic_operations(store: SQLiteStore[Any]) -> dict[str, Callable[[], Any]]:
-    """Every public operation of the generic SQL store, with valid arguments (its record
-    ``e0`` registered and leased under ``t0`` beforehand)."""
-    leased = store.get("e0")
-    assert leased is not None
-    expired_input = claim_inputs("t9", now=100.0)
-    return {
-        "get": lambda: store.get("e0"),
-        "insert": lambda: store.insert(MONITOR.create(record(5))),
-        "put": lambda: store.put(leased, *reversed(_completion(leased))),
-        "put_many": lambda: store.put_many([(leased, *reversed(_completion(leased)))]),
-        "write": lambda: store.write(leased, *reversed(_completion(leased))),
-        "fire": lambda: store.fire(leased, "fail_attempt", MonitorInputs(
-            now=21.0, worker_id="w1", lease_token="t0", error_code="x.y", retryable=True)),
-        "scan": lambda: list(store.scan()),
-        "count_by_status": store.count_by_status,
-        "count_due": lambda: store.count_due(20.0),
-        "count_expired": lambda: store.count_expired(20.0),
-        "health": lambda: store.health(20.0),
-        "claim": lambda: store.claim(claim_inputs("t1")),
-        "claim_many": lambda: store.claim_many(lambda n: claim_inputs(f"t{n + 2}"), 2),
-        "recover_expired": lambda: store.recover_expired(expired_input),
-        "check_schema": store.check_schema,
-        "due": lambda: store.due(20.0, 5),
-        "next_due": lambda: store.next_due(20.0),
-        "expired_leases": lambda: store.expired_leases(100.0),
-        "glance": lambda: store.glance(20.0),
-        "leased_under": lambda: store.leased_under({"t0"}, 20.0),
-        "integrity_problems": store.integrity_problems,
-        "transaction": lambda: store.transaction().__enter__(),
-        "run": lambda: store.run("SELECT count(*) FROM lifecycle_monitor"),
-        "change": lambda: store.change(
-            "DELETE FROM lifecycle_monitor WHERE event_id = ?", ("none",)),
-        "columns_of": lambda: store.columns_of(store.schema.table),
-        "tables_present": lambda: store.tables_present([store.schema.table]),
-    }
-
-
-def _completion(leased: Any) -> tuple[Any, Any]:
-    """(row, after) of a failed attempt on ``leased`` by its holder."""
-    inputs = MonitorInputs(now=21.0, worker_id="w1", lease_token="t0", error_code="x.y",
-                           retryable=True)
-    row = MONITOR.select_row("fail_attempt", leased, inputs)
-    return row, MONITOR.apply_row(row, leased, inputs)
-
-
 def opened_generic(path: Path) -> SQLiteStore[Any]:
     store = SQLiteStore(MONITOR, sqlite3.connect(path, timeout=TIMEOUT))
-    for index in range(3):
-        store.insert(MONITOR.create(record(index)))
-    assert store.claim(claim_inputs("t0")) is not None  # e0, leased to w1 under t0
+    filled(store)  # e0..e2, e0 leased to w1 under t0
     return store
 
 
-OPERATIONS = [
-    "get", "insert", "put", "put_many", "write", "fire", "scan", "count_by_status",
-    "count_due", "count_expired", "health", "claim", "claim_many", "recover_expired",
-    "check_schema", "due", "next_due", "expired_leases", "glance", "leased_under",
-    "integrity_problems", "transaction", "run", "change", "columns_of", "tables_present",
-]
+# SQLite settles no claim in place and locks the file, not the schema: no statement.
+OPERATIONS = sorted(set(OPERATION_NAMES) - {"claim_in_place", "lock_schema"})
+# PRAGMA database_list reads no page of the file: no lock can stop it.
+LOCKABLE = [name for name in OPERATIONS if name != "locate"]
 
 
-def test_the_operations_listed_are_every_public_one() -> None:
-    public = {name for name in dir(SQLiteStore) if not name.startswith("_")
-              and callable(getattr(SQLiteStore, name))}
-    # Hooks with no I/O of their own: what a caller never meets a driver through.
-    without_io = {"admit", "values_of", "token_of", "leasing", "rule_queries", "nested",
-                  "statement_savepoint", "driver_error", "driver_errors", "autocommits",
-                  "raise_store_error", "unavailable", "commit_may_have_happened",
-                  "claim_in_place",  # SQLite settles no claim in place: no statement
-                  "alone", "outermost", "lock_schema", "ensure_rules_indexes", "locate"}
-    assert public - without_io - set(OPERATIONS) == set()
+def test_the_operations_listed_are_every_public_one(tmp_path: Path) -> None:
+    assert public_methods(SQLiteStore) - WITHOUT_STATEMENTS == set(OPERATION_NAMES)
+    assert set(operations(opened_generic(tmp_path / "store.db"))) == set(OPERATION_NAMES)
 
 
-@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize("operation", LOCKABLE)
 def test_every_store_operation_on_a_locked_database_is_database_unreachable(
     tmp_path: Path, operation: str
 ) -> None:
     """``BEGIN EXCLUSIVE`` in a rollback journal keeps readers out too."""
     path = tmp_path / "store.db"
     store = opened_generic(path)
-    action = generic_operations(store)[operation]
+    action = operations(store)[operation]
     before = every_table(path)
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
@@ -319,7 +259,7 @@ def test_every_store_operation_on_a_closed_connection_is_database_unreachable(
 ) -> None:
     path = tmp_path / "store.db"
     store = opened_generic(path)
-    action = generic_operations(store)[operation]
+    action = operations(store)[operation]
     before = every_table(path)
     store.connection.close()
     assert refusal(action).code == GENERIC

@@ -21,6 +21,13 @@ import psycopg
 import pytest
 from support.pg_proxy import Cut, Proxied, commit_of, proxied_connections, statement
 from support.postgres import pg_schema, require_postgres
+from support.store_operations import (
+    OPERATION_NAMES,
+    WITHOUT_STATEMENTS,
+    filled,
+    operations,
+    public_methods,
+)
 
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.stores.base import CommitUncertain, StoreUnavailable
@@ -134,3 +141,36 @@ def test_connect_lets_no_driver_exception_out() -> None:
     assert raised.value.code == CODE and raised.value.outcome_unknown is False
     with pytest.raises(ValueError, match="not a valid PostgreSQL connection string"):
         connect("host")  # no '=': not a connection string
+
+
+def test_the_operations_listed_are_every_public_one() -> None:
+    assert public_methods(PostgresStore) - WITHOUT_STATEMENTS == set(OPERATION_NAMES)
+
+
+# No statement on PostgreSQL: the location is learnt when the store opens; the rules
+# are CHECK constraints here, not indexes; there is no glance, no engine check.
+WITHOUT_THE_SERVER = {"locate", "ensure_rules_indexes", "glance", "integrity_problems"}
+# Outside a transaction each of these sends a write that is its own commit.
+OWN_COMMITS = {"put", "put_many", "write", "fire", "alone", "claim", "claim_in_place"}
+
+
+@pytest.mark.parametrize("operation", sorted(set(OPERATION_NAMES) - WITHOUT_THE_SERVER))
+@pytest.mark.parametrize("how", ["closed", "broken"])
+def test_every_store_operation_on_a_dead_connection_is_database_unreachable(
+    pg: Proxied, operation: str, how: str
+) -> None:
+    """``closed``: the caller closed it; ``broken``: the proxy cut it under the store
+    (the next exchange of any kind is dropped), so the store meets it mid-call or finds
+    it broken. Either way a ``StoreUnavailable`` (never a ``psycopg`` error), and nothing
+    changed."""
+    store = filled(PostgresStore(MONITOR, pg.through()))
+    action = operations(store)[operation]
+    before = stored(pg)
+    if how == "closed":
+        store.connection.close()
+    else:
+        pg.proxy.arm(lambda exchange: True, Cut.BEFORE_FORWARD)
+    error = failed(action)
+    # A statement the store sent as its own commit cannot be known not to have run.
+    assert error.outcome_unknown is (how == "broken" and operation in OWN_COMMITS)
+    assert stored(pg) == before
