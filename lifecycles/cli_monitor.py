@@ -52,6 +52,7 @@ from lifecycles.monitor import (
 )
 from lifecycles.monitor_errors import blocked, public_errors, refused
 from lifecycles.monitor_schema import META, TABLE
+from lifecycles.stores.base import SchemaMismatch
 
 MONITOR_TABLE, META_TABLE = TABLE, META  # the reference's names, declared in monitor_schema
 
@@ -313,9 +314,13 @@ def _refused(error: TerminalProcessingMonitorBlocked, args: argparse.Namespace) 
         return _fail(EXIT_REFUSED, code, f"refused: {code}: no item with event id "
                                          f"{getattr(args, 'event_id', '?')!r}")
     if code in (CODE + "schema_altered", CODE + "legacy_unbound"):
+        # The public error holds its code only (the reference's contract); what differs,
+        # and how to repair it, is in the store's refusal that caused it.
+        cause = error.__cause__
+        detail = f" ({_first_line(cause)})" if isinstance(cause, SchemaMismatch) else ""
         return _fail(EXIT_REFUSED, code,
                      f"refused: {code}: the database's schema or meta row is not the one the "
-                     "monitor wrote; do not use it until it is restored")
+                     f"monitor wrote{detail}; do not use it until it is restored")
     return _fail(EXIT_REFUSED, code, f"refused: {code}")
 
 
