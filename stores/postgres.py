@@ -423,6 +423,23 @@ class PostgresStore(SQLStore[R]):
         )
         return {str(name) for (name,) in rows}
 
+    def unique_column_sets(self, table: str) -> set[frozenset[str]]:
+        # What ON CONFLICT can infer as its arbiter: unique, valid, not deferred, neither
+        # partial nor over an expression; its key columns only (not INCLUDE ones).
+        rows = self.run(
+            "SELECT array_agg(a.attname::text) FROM pg_index AS i"
+            " JOIN pg_class AS c ON c.oid = i.indrelid"
+            " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+            " CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, position)"
+            " JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = k.attnum"
+            " WHERE n.nspname = current_schema() AND c.relname = %s"
+            " AND k.position <= i.indnkeyatts AND i.indisunique AND i.indisvalid"
+            " AND i.indimmediate AND i.indpred IS NULL AND i.indexprs IS NULL"
+            " GROUP BY i.indexrelid",
+            (table,),
+        )
+        return {frozenset(columns) for (columns,) in rows}
+
     def driver_error(self, error: Exception) -> StoreError | None:
         """``psycopg`` errors by what they mean for the caller.
 

@@ -225,6 +225,9 @@ class SQLStore(Store[R], ABC):
     @abstractmethod
     def tables_present(self, names: Sequence[str]) -> set[str]: ...
 
+    @abstractmethod
+    def unique_column_sets(self, table: str) -> set[frozenset[str]]: ...
+
     def alone(self, statement: str, params: Sequence[Any]) -> int:
         """Run one writing statement as a transaction of its own, committed when it returns;
         how many rows it changed. A driver that autocommits one statement saves the

@@ -330,6 +330,25 @@ class SQLiteStore(SQLStore[R]):
             )
         }
 
+    def unique_column_sets(self, table: str) -> set[frozenset[str]]:
+        quoted = self.dialect.quote(table)
+        found: set[frozenset[str]] = set()
+        indexes = self.run(f"PRAGMA index_list({quoted})")  # seq, name, unique, origin, partial
+        for _, name, unique, _, partial in indexes:
+            if not unique or partial:
+                continue
+            keyed = [row for row in self.run(f"PRAGMA index_xinfo({self.dialect.quote(name)})")
+                     if row[5]]  # seqno, cid, name, desc, coll, key
+            # An expression (no column name) or another collation keys other values.
+            if all(column is not None and coll == "BINARY" for _, _, column, _, coll, _ in keyed):
+                found.add(frozenset(column for _, _, column, _, _, _ in keyed))
+        if not any(origin == "pk" for _, _, _, origin, _ in indexes):
+            # INTEGER PRIMARY KEY is the rowid itself: unique without an index.
+            key = frozenset(row[1] for row in self.run(f"PRAGMA table_info({quoted})") if row[5])
+            if key:
+                found.add(key)
+        return found
+
     def driver_error(self, error: Exception) -> StoreError | None:
         """``sqlite3`` errors by what they mean for the caller.
 

@@ -70,6 +70,7 @@ def operations(store: SQLStore[Any]) -> dict[str, Callable[[], Any]]:
         "change": lambda: store.change(f"DELETE FROM {TABLE} WHERE event_id = {p}", ("none",)),
         "columns_of": lambda: store.columns_of(store.schema.table),
         "tables_present": lambda: store.tables_present([store.schema.table]),
+        "unique_column_sets": lambda: store.unique_column_sets(store.schema.table),
         "lock_schema": store.lock_schema,
         "locate": store.locate,
         "ensure_rules_indexes": store.ensure_rules_indexes,
@@ -82,7 +83,7 @@ OPERATION_NAMES = (
     "count_due", "count_expired", "health", "claim", "claim_many", "claim_in_place",
     "recover_expired", "check_schema", "due", "next_due", "expired_leases", "glance",
     "leased_under", "integrity_problems", "transaction", "outermost", "alone", "run",
-    "change", "columns_of", "tables_present", "lock_schema", "locate",
+    "change", "columns_of", "tables_present", "unique_column_sets", "lock_schema", "locate",
     "ensure_rules_indexes",
 )
 
