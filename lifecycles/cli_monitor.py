@@ -52,6 +52,7 @@ from lifecycles.monitor import (
 )
 from lifecycles.monitor_errors import blocked, public_errors, refused
 from lifecycles.monitor_schema import META, TABLE
+from lifecycles.stores.base import SchemaMismatch, StoreError
 
 MONITOR_TABLE, META_TABLE = TABLE, META  # the reference's names, declared in monitor_schema
 
@@ -84,7 +85,9 @@ EXIT_CODES = (
     (EXIT_NOT_A_DATABASE, "the file is not a SQLite database, or it is corrupt "
                           "(`not_a_database`)"),
     (EXIT_LOCKED, "another connection holds the database locked past --timeout "
-                  "(`database_locked`, or `database_unreachable` when it happens mid-call)"),
+                  "(`database_locked`, or `database_unreachable` when it happens mid-call), "
+                  "or the file cannot be read or written right now: a full disk, a failing "
+                  "device (`database_unreachable`)"),
     (EXIT_CAPABILITIES_DIFFER, "the database is bound to other capabilities than "
                                "--capabilities (`capabilities_differ`; both prefixes printed)"),
     (EXIT_UNREACHABLE, "the PostgreSQL server cannot be reached (`database_unreachable`)"),
@@ -163,17 +166,33 @@ def _check_capabilities(value: str) -> None:
         )
 
 
+def _read_error_hint(where: str) -> str:
+    # SQLite reports a read that failed with EIO as SQLITE_CORRUPT (its CORRUPTFS), so a
+    # passing device fault looks like damage: only a check once the device is healthy tells.
+    return (f"SQLite reports a failed read (EIO) as corruption too: once the device is "
+            f"healthy, sqlite3 {where} 'PRAGMA integrity_check' answers ok if the file is "
+            "not damaged")
+
+
 def _sqlite_error(error: sqlite3.Error, where: str) -> CommandError:
     text = str(error)
+    name = getattr(error, "sqlite_errorname", None) or ""
     if "locked" in text or "busy" in text:
         return _fail(EXIT_LOCKED, "database_locked",
                      f"{where} is locked by another connection; retry, or raise --timeout")
+    if name.startswith(("SQLITE_IOERR", "SQLITE_FULL")):
+        # A full disk, or a device failing its I/O: the file may be fine (workers answer
+        # database_unreachable for the same cause), so not "not a database".
+        return _fail(EXIT_LOCKED, "database_unreachable",
+                     f"{where} cannot be read or written right now ({text}): a full disk or a "
+                     "failing device; free space or check the kernel log, then retry")
     if isinstance(error, sqlite3.OperationalError) and "unable to open" in text:
         return _fail(EXIT_UNREADABLE, "unreadable",
                      f"cannot open {where} ({text}); check the path and its permissions")
     if isinstance(error, sqlite3.DatabaseError):
+        hint = f"; {_read_error_hint(where)}" if name.startswith("SQLITE_CORRUPT") else ""
         return _fail(EXIT_NOT_A_DATABASE, "not_a_database",
-                     f"{where} is not a usable SQLite database ({text}); check the path")
+                     f"{where} is not a usable SQLite database ({text}); check the path{hint}")
     return _fail(EXIT_REFUSED, "database_error", f"{where}: {text}")
 
 
@@ -200,8 +219,6 @@ def _open_sqlite(path: Path, timeout: float) -> sqlite3.Connection:
 
 def _open_postgres(dsn: str, timeout: float) -> Any:
     try:
-        import psycopg
-
         from lifecycles.stores.base import StoreError
         from lifecycles.stores.postgres import connect
     except ImportError:
@@ -211,7 +228,7 @@ def _open_postgres(dsn: str, timeout: float) -> Any:
     try:
         return connect(dsn, connect_timeout=max(1, round(timeout)),
                        application_name="lifecycles-cli")
-    except psycopg.ProgrammingError as error:  # a malformed connection string
+    except ValueError as error:  # a malformed connection string (connect() says so)
         raise _fail(EXIT_USAGE, "dsn_invalid",
                     f"--dsn is not a valid connection string ({_first_line(error)})") from None
     except StoreError as error:
@@ -298,6 +315,11 @@ def _refused(error: TerminalProcessingMonitorBlocked, args: argparse.Namespace) 
         # SQLite answers so when a lock outlasts the timeout during the call itself.
         return _fail(EXIT_LOCKED, code, f"refused: {code}: {args.db} is locked or cannot be "
                                         "read right now; retry, or raise --timeout")
+    if code == CODE + "database_integrity" and args.db is not None:
+        cause = error.__cause__
+        found = f" ({_first_line(cause)})" if isinstance(cause, StoreError) else ""
+        return _fail(EXIT_REFUSED, code, f"refused: {code}: SQLite reports damage{found}; "
+                                         f"{_read_error_hint(str(args.db))}")
     if code == CODE + "database_unreachable":
         return _fail(EXIT_UNREACHABLE, code, f"refused: {code}: the database cannot be reached")
     if isinstance(error, StateInvalid):
@@ -313,9 +335,13 @@ def _refused(error: TerminalProcessingMonitorBlocked, args: argparse.Namespace) 
         return _fail(EXIT_REFUSED, code, f"refused: {code}: no item with event id "
                                          f"{getattr(args, 'event_id', '?')!r}")
     if code in (CODE + "schema_altered", CODE + "legacy_unbound"):
+        # The public error holds its code only (the reference's contract); what differs,
+        # and how to repair it, is in the store's refusal that caused it.
+        cause = error.__cause__
+        detail = f" ({_first_line(cause)})" if isinstance(cause, SchemaMismatch) else ""
         return _fail(EXIT_REFUSED, code,
                      f"refused: {code}: the database's schema or meta row is not the one the "
-                     "monitor wrote; do not use it until it is restored")
+                     f"monitor wrote{detail}; do not use it until it is restored")
     return _fail(EXIT_REFUSED, code, f"refused: {code}")
 
 

@@ -16,8 +16,15 @@ pinned by a test in ``tests/monitor/test_monitor_differences.py``.
 
 Every call checks, with one cheap query, that no other connection changed the schema
 or the meta row since the monitor verified them (``schema_altered``), and no driver
-exception (``sqlite3``, ``psycopg``) leaves a public method: each becomes
-``schema_altered``, ``database_integrity`` or ``database_unreachable``.
+exception (``sqlite3``, ``psycopg``) leaves a public method, the constructor
+included: each becomes ``schema_altered``, ``database_integrity`` or
+``database_unreachable`` (a :class:`DatabaseUnreachable`, whose ``outcome_unknown``
+says whether a commit may have happened unseen).
+
+A lease left to a worker by such a failure (a claim that committed unseen, a
+completion that did not commit) is kept as a doubt, per process and worker id
+(:class:`LeaseDoubts`): that worker's next claim takes it up again while it is live,
+where the reference strands the item until its lease expires.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -70,6 +78,7 @@ from lifecycles.machines.monitor import (
 from lifecycles.machines.work import Step
 from lifecycles.monitor_errors import (
     RULE_CODES,
+    DatabaseUnreachable,
     InputInvalid,
     LeaseLost,
     StateInvalid,
@@ -131,6 +140,48 @@ def new_lease_token() -> str:
 def _open_store(connection: Any, capabilities_sha256: str) -> SQLStore[MonitorRecord]:
     # The reference schema is the monitor's own (lifecycles/monitor_schema.py).
     return open_monitor_store(connection, capabilities_sha256)
+
+
+class LeaseDoubts:
+    """The leases this process's workers may hold after a write that failed unconfirmed
+    (:class:`~lifecycles.machines.lease.Doubt`), by the store's location and worker id.
+
+    A worker whose connection broke opens a new connection and a new monitor; the doubt
+    must outlive both, so it lives here, once per process. Thread-safe. A doubt is
+    dropped when the worker's next claim resolves it, or unasked once its last lease has
+    expired; while none is pending a claim only finds this empty (no query).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._doubts: dict[tuple[str, str], lease_protocol.Doubt] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._doubts)
+
+    def add(self, where: str, worker_id: str, doubt: lease_protocol.Doubt) -> None:
+        """Keep ``doubt`` (with any the worker already has: their tokens together)."""
+        with self._lock:
+            held = self._doubts.get((where, worker_id))
+            if held is not None:
+                doubt = lease_protocol.Doubt(
+                    held.tokens | doubt.tokens, max(held.expires_at, doubt.expires_at),
+                    doubt.holder,
+                )
+            self._doubts[(where, worker_id)] = doubt
+
+    def take(self, where: str, worker_id: str, now: float) -> lease_protocol.Doubt | None:
+        """The worker's doubt, removed (the caller resolves it or adds it back); ``None``
+        when there is none, or it is spent at ``now``."""
+        with self._lock:
+            doubt = self._doubts.pop((where, worker_id), None)
+        if doubt is None or lease_protocol.doubt_is_spent(doubt, now):
+            return None
+        return doubt
+
+
+#: This process's lease doubts (see :class:`LeaseDoubts`).
+LEASE_DOUBTS = LeaseDoubts()
 
 
 class DurableTerminalProcessingMonitor:
@@ -311,12 +362,22 @@ class DurableTerminalProcessingMonitor:
             _checked(worker_id_rule, worker_id)
             moment = _time(now)
             seconds = _seconds(lease_seconds, lease_duration)
+        if LEASE_DOUBTS:  # the common path asks nothing more
+            resumed = self._resumed(worker_id, moment, 1)
+            if resumed:
+                return resumed[0]
+        token = new_lease_token()
         inputs = MonitorInputs(
             now=moment, policy=self.policy, worker_id=worker_id,
-            lease_token=new_lease_token(), lease_seconds=seconds,
+            lease_token=token, lease_seconds=seconds,
         )
-        with public_errors(self.store):
-            return self.store.claim(inputs)  # its transaction checks the schema first
+        try:
+            with public_errors(self.store):
+                return self.store.claim(inputs)  # its transaction checks the schema first
+        except DatabaseUnreachable as error:
+            if error.outcome_unknown:  # it may have leased a record under this token
+                self._keep_doubt(worker_id, [token], moment + seconds)
+            raise
 
     def _claim_many(
         self, worker_id: Any, now: float, lease_seconds: Any, limit: int
@@ -325,15 +386,69 @@ class DurableTerminalProcessingMonitor:
         with self._schema_first():
             _checked(worker_id_rule, worker_id)
             seconds = _seconds(lease_seconds, lease_duration)
+        resumed = self._resumed(worker_id, now, limit) if LEASE_DOUBTS else []
+        if len(resumed) == limit:
+            return resumed
+        tokens: list[str] = []
 
         def inputs_for(_: int) -> MonitorInputs:  # each lease its own token
+            tokens.append(new_lease_token())
             return MonitorInputs(
                 now=now, policy=self.policy, worker_id=worker_id,
-                lease_token=new_lease_token(), lease_seconds=seconds,
+                lease_token=tokens[-1], lease_seconds=seconds,
             )
 
-        with public_errors(self.store):
-            return self.store.claim_many(inputs_for, limit)
+        try:
+            with public_errors(self.store):
+                return [*resumed, *self.store.claim_many(inputs_for, limit - len(resumed))]
+        except DatabaseUnreachable as error:
+            if error.outcome_unknown:  # it may have leased records under these tokens
+                self._keep_doubt(worker_id, tokens, now + seconds)
+            self._keep_doubts_of(resumed)  # taken up again, not yet done
+            raise
+
+    # -- doubts: leases a failed write may have left to this worker ------------------
+
+    def _resumed(self, worker_id: str, now: float, limit: int) -> list[MonitorRecord]:
+        """The leases this worker still holds from a write that failed unconfirmed, up to
+        ``limit``: its claim takes them up again (called only while some doubt is
+        pending in the process; otherwise a claim asks nothing more)."""
+        where = self.store.location
+        doubt = LEASE_DOUBTS.take(where, worker_id, now)
+        if doubt is None:
+            return []
+        try:
+            with public_errors(self.store):
+                self.store.check_schema()
+                found = self.store.leased_under(doubt.tokens, now)
+        except BaseException:
+            LEASE_DOUBTS.add(where, worker_id, doubt)  # still unresolved: asked next time
+            raise
+        resumed = lease_protocol.resume(MONITOR, doubt, found, now, limit)
+        if resumed.left is not None:
+            LEASE_DOUBTS.add(where, worker_id, resumed.left)
+        return resumed.taken
+
+    def _keep_doubt(self, worker_id: str, tokens: list[str], expires_at: float) -> None:
+        """Leases under ``tokens`` that a failed write may have left to this worker, until
+        ``expires_at`` at the latest: its next claim looks for them."""
+        if tokens:
+            LEASE_DOUBTS.add(self.store.location, worker_id, lease_protocol.Doubt(
+                frozenset(tokens), expires_at, (("lease_owner", worker_id),)))
+
+    def _keep_doubts_of(self, claimed: list[MonitorRecord]) -> None:
+        """The leases of ``claimed``, whose completion failed with ``database_unreachable``:
+        not committed, they are still held; committed unseen, the doubt resolves to
+        nothing. Either way the worker's next claim looks."""
+        leases: dict[str, list[tuple[str, float]]] = {}
+        for r in claimed:  # leased records: owner, token and expiry are set (an invariant)
+            if r.lease_owner is not None and r.lease_token is not None and (
+                r.lease_expires_at is not None
+            ):
+                leases.setdefault(r.lease_owner, []).append((r.lease_token, r.lease_expires_at))
+        for worker_id, held in leases.items():
+            self._keep_doubt(worker_id, [token for token, _ in held],
+                             max(expiry for _, expiry in held))
 
     def run_once(
         self,
@@ -351,7 +466,11 @@ class DurableTerminalProcessingMonitor:
         step = self._poll(reader, claimed, moment)
         if isinstance(step, TerminalProcessingMonitorBlocked):
             raise step  # the monitor's own refusal, met inside the reader
-        return outcome_of(self._finish(claimed, step))
+        try:
+            return outcome_of(self._finish(claimed, step))
+        except DatabaseUnreachable:
+            self._keep_doubts_of([claimed])
+            raise
 
     def run_many(
         self,
@@ -382,6 +501,22 @@ class DurableTerminalProcessingMonitor:
         results: list[TerminalProcessingOutcome | TerminalProcessingMonitorBlocked | None]
         results = [step if isinstance(step, TerminalProcessingMonitorBlocked) else None
                    for step in steps]
+        try:
+            self._complete_batch(claimed, steps, results)
+        except DatabaseUnreachable:
+            self._keep_doubts_of(claimed)
+            raise
+        finished = [result for result in results if result is not None]
+        assert len(finished) == len(claimed)  # each item: its outcome or its refusal
+        return finished
+
+    def _complete_batch(
+        self, claimed: list[MonitorRecord],
+        steps: list[Step[MonitorInputs] | TerminalProcessingMonitorBlocked],
+        results: list[TerminalProcessingOutcome | TerminalProcessingMonitorBlocked | None],
+    ) -> None:
+        """``run_many``'s completions, in one transaction, each into its place in
+        ``results`` (a step that is already a refusal is left as it is)."""
         with public_errors(self.store), self.store.transaction():
             # Each completion decided first, then all written together; an item whose
             # write finds its record changed (or whose step the table refuses on the
@@ -412,9 +547,6 @@ class DurableTerminalProcessingMonitor:
                     results[at] = outcome_of(self._finish(claimed[at], step))
                 except (LeaseLost, StateInvalid) as refusal:
                     results[at] = refusal
-        finished = [result for result in results if result is not None]
-        assert len(finished) == len(claimed)  # each item: its outcome or its refusal
-        return finished
 
     def _poll(
         self, reader: Callable[[str, str], Any], claimed: MonitorRecord, now: float
@@ -504,10 +636,10 @@ class DurableTerminalProcessingMonitor:
 
 
 __all__ = [
-    "NOTIFICATION_FIELDS", "NOTIFICATION_SCHEMA", "REMOTE_STATUSES", "RULE_CODES",
-    "SCHEMA_VERSION", "STATUSES", "STATUS_SCHEMA", "TERMINAL_STATUSES",
-    "DurableTerminalProcessingMonitor", "InputInvalid", "LeaseLost", "MonitorRow",
-    "StateInvalid", "StorageBlocked",
+    "LEASE_DOUBTS", "NOTIFICATION_FIELDS", "NOTIFICATION_SCHEMA", "REMOTE_STATUSES",
+    "RULE_CODES", "SCHEMA_VERSION", "STATUSES", "STATUS_SCHEMA", "TERMINAL_STATUSES",
+    "DatabaseUnreachable", "DurableTerminalProcessingMonitor", "InputInvalid", "LeaseDoubts",
+    "LeaseLost", "MonitorRow", "StateInvalid", "StorageBlocked",
     "TerminalProcessingHealth", "TerminalProcessingMonitorBlocked",
     "TerminalProcessingOutcome", "TerminalProcessingStatus", "blocked", "canonical_sha256",
     "new_lease_token",

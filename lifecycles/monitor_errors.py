@@ -4,6 +4,12 @@ Every refusal of :class:`~lifecycles.monitor.DurableTerminalProcessingMonitor` i
 :class:`TerminalProcessingMonitorBlocked` whose ``code`` is the reference's string;
 each code belongs to one family (input, state, lease, storage) that callers may catch.
 Engine and store errors become these at the facade's edge (:func:`public_errors`).
+
+One ``except`` serves a worker loop: every refusal is also a
+:class:`~lifecycles.machines.core.LifecycleError` (as every store error is), and
+``database_unreachable`` is a :class:`DatabaseUnreachable`, which is also a
+:class:`~lifecycles.stores.base.StoreUnavailable`, the error
+``lifecycles.stores.postgres.connect`` and ``lifecycles.stores.sqlite.connect`` raise.
 """
 
 from __future__ import annotations
@@ -27,21 +33,23 @@ from lifecycles.invariants.monitor import (
     worker_id_rule,
 )
 from lifecycles.machines.audit import PublicError, PublicErrors
-from lifecycles.machines.core import TransitionRefused
+from lifecycles.machines.core import LifecycleError, TransitionRefused
 from lifecycles.machines.lease import LostRace
 from lifecycles.machines.monitor import CODE, MONITOR
-from lifecycles.stores.base import Store, StoreError, UniqueViolation
+from lifecycles.stores.base import Store, StoreError, StoreUnavailable, UniqueViolation
 
 # --- errors --------------------------------------------------------------------
 
 
-class TerminalProcessingMonitorBlocked(RuntimeError):
+class TerminalProcessingMonitorBlocked(RuntimeError, LifecycleError):
     """Stable, content-free processing-observation failure; match on ``code``.
 
     ``TerminalProcessingMonitorBlocked(code)`` builds the base class, as before.
     Raised errors are instances of a family subclass (``InputInvalid``,
     ``StateInvalid``, ``LeaseLost``, ``StorageBlocked``) so callers can also catch
-    a family; :func:`blocked` maps a code to its family.
+    a family; :func:`blocked` maps a code to its family. A ``RuntimeError`` as in the
+    reference, and a :class:`~lifecycles.machines.core.LifecycleError` like every
+    error of lifecycles.
     """
 
     family_codes: ClassVar[frozenset[str]] = frozenset()
@@ -93,16 +101,49 @@ class StorageBlocked(
         "database_unreachable",
     }),
 ):
-    """The database cannot be used as it is; nothing was changed."""
+    """The database cannot be used as it is. Nothing was changed, except where a
+    :class:`DatabaseUnreachable` says the outcome of a commit is unknown."""
+
+
+class DatabaseUnreachable(
+    StorageBlocked, StoreUnavailable, codes=frozenset({"database_unreachable"})
+):
+    """The connection is closed or broke, or the database cannot be used right now
+    (locked past the busy timeout, a full disk, an I/O error).
+
+    ``outcome_unknown`` says whether the call's write may have committed:
+
+    * ``False``: the failure came before any commit was sent; nothing was changed.
+    * ``True``: the connection failed while a commit was on its way (PostgreSQL: after
+      ``COMMIT``, or a one-statement write, was sent and before its answer came; SQLite:
+      an I/O error while committing). The write may have committed or not.
+
+    What is safe next, on a new connection if this one broke: ``register`` and
+    ``register_many`` are idempotent, retry them (they answer what is stored);
+    ``status`` and ``health`` only read. ``claim``, ``run_once`` and ``run_many`` may
+    leave a lease held by this worker (a claim that committed unseen, a completion that
+    did not commit); the same ``worker_id``'s next claim in this process takes it up
+    again while it is live (:class:`~lifecycles.machines.lease.Doubt`), instead of
+    leasing another item and stranding that one until its lease expires. Also a
+    :class:`~lifecycles.stores.base.StoreUnavailable`, as ``connect()``'s errors are.
+    """
+
+    def __init__(self, code: str, outcome_unknown: bool = False):
+        super().__init__(code)
+        self.outcome_unknown = outcome_unknown
 
 
 def blocked(
-    code: str, rules: tuple[str, ...] = (), event_ids: tuple[str, ...] = ()
+    code: str, rules: tuple[str, ...] = (), event_ids: tuple[str, ...] = (),
+    *, outcome_unknown: bool = False,
 ) -> TerminalProcessingMonitorBlocked:
-    """The error for ``code``, as an instance of its family."""
+    """The error for ``code``, as an instance of its family (``outcome_unknown``: of a
+    ``database_unreachable``, see :class:`DatabaseUnreachable`)."""
     family = TerminalProcessingMonitorBlocked._by_code.get(code, TerminalProcessingMonitorBlocked)
     if family is StateInvalid:
         return StateInvalid(code, rules, event_ids)
+    if family is DatabaseUnreachable:
+        return DatabaseUnreachable(code, outcome_unknown)
     return family(code)
 
 
@@ -116,10 +157,14 @@ def public_errors(store: Store[Any] | None = None) -> Iterator[None]:
     """
     try:
         yield
+    except TerminalProcessingMonitorBlocked:
+        raise  # already public (a DatabaseUnreachable is a StoreError too)
     except InvariantViolation as error:
         raise blocked(error.code, error.rules, error.keys) from error
     except LostRace as error:  # a store's StaleRecord, or the lease protocol's own
         raise blocked(CODE + "claim_lost") from error
+    except StoreUnavailable as error:
+        raise blocked(error.code, outcome_unknown=error.outcome_unknown) from error
     except (TransitionRefused, StoreError) as error:
         raise blocked(error.code) from error
     except Exception as error:
@@ -262,9 +307,21 @@ MEANINGS: Mapping[str, tuple[str, str, str]] = {
         "The connection is already inside a transaction the monitor did not open.",
         "The constructor and every call that writes.", _NOTHING),
     "database_unreachable": (
-        "The connection is closed or the database cannot be reached. Not in the "
-        "reference, which let the driver's exception out.",
-        "Every call.", "Nothing: the transaction is rolled back."),
+        "The connection is closed or broke, or the database cannot be used right now "
+        "(locked past the busy timeout, a full disk, an I/O error). A `StorageBlocked`, "
+        "and a `StoreUnavailable` like `connect()`'s errors. Its `outcome_unknown` is "
+        "true when the connection failed while a commit was on its way (PostgreSQL: after "
+        "`COMMIT` or a one-statement write was sent, before its answer; SQLite: an I/O "
+        "error while committing). Not in the reference, which let the driver's exception "
+        "out.",
+        "Every call.",
+        "Nothing, unless `outcome_unknown` is true: then the write may have committed or "
+        "not. "
+        "`register` and `register_many` are idempotent: retry them, they answer what is "
+        "stored. `status` and `health` only read. After `claim`, `run_once` or "
+        "`run_many`, a lease may be left to the worker (a claim committed unseen, a "
+        "completion not committed): the same worker id's next claim in this process "
+        "takes it up again while it is live, and the reader is called for it again."),
 }
 
 # Why a guard that no call lets refuse still carries the reference's generic claim_lost.
@@ -320,6 +377,7 @@ PUBLIC_ERRORS = PublicErrors(
         "Every refusal is a `TerminalProcessingMonitorBlocked` whose `code` is the "
         "reference's string (callers match on it), raised as an instance of its family "
         "(`InputInvalid`, `StateInvalid`, `LeaseLost`, `StorageBlocked`), which callers "
-        "may catch instead."
+        "may catch instead. Each is also a `LifecycleError`, and `database_unreachable` "
+        "a `StoreUnavailable`, so one `except` catches them with `connect()`'s errors."
     ),
 )

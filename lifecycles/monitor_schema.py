@@ -90,7 +90,13 @@ class MonitorBinding:
     """The monitor's hook into a generic SQL schema: the reference's exact DDL, the meta
     row binding one capabilities hash, and the migration of an empty version-1 database
     (one holding rows is refused, ``legacy_unbound``: nothing says which capabilities
-    wrote them)."""
+    wrote them).
+
+    An existing table is accepted with the reference's columns and its keys (``event_id``
+    and ``notification_id`` unique, the meta table's ``singleton``), whether or not it
+    carries the ``NOT NULL`` and ``CHECK`` constraints: every rule those state is checked
+    on every row read and before every write, so the constraints only refuse earlier what
+    the rules refuse anyway."""
 
     code_prefix = CODE
     meta_table = META
@@ -100,6 +106,11 @@ class MonitorBinding:
         Column("expected_capabilities_sha256", "text"),
     )
     legacy_meta_columns = meta_columns[:2]
+    # Without them the reference's guarantees are gone (it registers a second event under
+    # one notification id, and adds a second binding row to a keyless meta table, after
+    # which it refuses the database for good): such a table is refused, changing nothing.
+    unique_columns: tuple[tuple[str, ...], ...] = (("notification_id",),)
+    meta_unique_columns: tuple[tuple[str, ...], ...] = (("singleton",),)
     # Its CHECKs (status declared, counts non-negative, max_failures in 1..20, lease
     # fields set exactly while leased) are field rules and the lease invariant; a test
     # breaks each one and expects health to answer as the reference does.
@@ -135,12 +146,16 @@ class MonitorBinding:
         )
 
     def _migrate_version_1(self, schema: SQLSchema, catalogue: Catalogue) -> None:
-        """Version 1 had no capabilities binding: bind an empty one, refuse one with rows."""
+        """Version 1 had no capabilities binding: bind an empty one, refuse one with rows
+        (``legacy_unbound``, as the reference does) or whose table lacks its keys
+        (``schema_altered``, where the reference migrates it and goes on). The table is
+        kept as it is, so every check comes before the old meta table is dropped."""
         if catalogue.run(render("any_record", catalogue.dialect)):
             raise SchemaMismatch(
                 "a version-1 database with rows cannot be bound to capabilities",
                 code=schema.error("legacy_unbound"),
             )
+        schema.verify_table(catalogue)
         catalogue.run(render("drop_legacy_meta", catalogue.dialect))
 
 

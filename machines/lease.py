@@ -40,6 +40,12 @@ next step):
 * **A refused candidate never blocks the queue.** Passed-over keys are excluded
   from the next query, so each step either grants a lease, passes over one more
   key, or finds nothing due: a claim ends after at most one query per due record.
+
+**Doubts.** A claim whose commit was sent but never answered may have leased a record
+to the worker; a completion that failed left it leased. The worker knows the tokens
+it sent: kept as a :class:`Doubt`, they let its next claim ask the store for the
+records leased under them and take up those it still holds (:func:`resume`), instead
+of leasing others and stranding these until their leases expire.
 """
 
 from __future__ import annotations
@@ -408,3 +414,88 @@ def planned_completion(lifecycle: Lifecycle[R, Any], held: R, step: StepOn[R]) -
     except TransitionRefused:
         return None
     return fired[0] if len(fired) == 1 else None
+
+
+# --- doubts: leases a worker may hold after a write it could not confirm --------------
+
+
+@attrs.frozen
+class Doubt:
+    """Leases a worker may hold although the write that granted them (a claim) or was to
+    end them (a completion) failed unconfirmed: its connection broke while the commit was
+    on its way (the claim may have leased, the completion may not have finished), or
+    before it (the completion's lease is still held).
+
+    ``tokens``: the lease tokens of that write (a batch has several); ``expires_at``: when
+    the last of those leases runs out at the latest, when the doubt is spent unasked;
+    ``holder``: the fields, with their values, that name the worker in a record leased to
+    it (the monitor's ``lease_owner``). Without the doubt such a lease would strand its
+    record until it expires; with it, the worker's next claim takes it up again
+    (:func:`resume`).
+    """
+
+    tokens: frozenset[str]
+    expires_at: float
+    holder: tuple[tuple[str, object], ...] = ()
+
+
+def doubt_is_spent(doubt: Doubt, now: float) -> bool:
+    """Every lease the doubt names has run out at ``now``: nothing is left to resume."""
+    return doubt.expires_at <= now
+
+
+def is_live_lease(lifecycle: Lifecycle[R, Any], record: R, now: float) -> bool:
+    """A leased record whose lease runs beyond ``now`` (what a holder may still act on)."""
+    lease = declared_lease(lifecycle)
+    expiry = getattr(record, lease.expires_field)
+    return lifecycle.status_of(record) == lifecycle.leased and expiry is not None and bool(
+        expiry > now
+    )
+
+
+def holds(lifecycle: Lifecycle[R, Any], record: R, doubt: Doubt, now: float) -> bool:
+    """The doubt's worker still holds ``record``: leased under one of the doubt's tokens,
+    to its holder, the lease live at ``now``."""
+    token = getattr(record, declared_lease(lifecycle).token_field)
+    return (
+        is_live_lease(lifecycle, record, now)
+        and token in doubt.tokens
+        and all(getattr(record, name) == value for name, value in doubt.holder)
+    )
+
+
+@attrs.frozen
+class Resumed(Generic[R]):
+    """What a doubt resolved to: the leases taken up again (a claim's result), and the
+    doubt left for the next call (``None``: settled)."""
+
+    taken: list[R]
+    left: Doubt | None
+
+
+def resume(
+    lifecycle: Lifecycle[R, Any], doubt: Doubt, found: Iterable[R], now: float, limit: int
+) -> Resumed[R]:
+    """A worker's doubt, given what the store found leased under its tokens
+    (``leased_under(doubt.tokens, now)``).
+
+    The records the worker still holds (:func:`holds`) are its leases: the first
+    ``limit`` in claim order are taken up again, as the claim's result, instead of
+    leasing other records and stranding these until they expire (their work is done
+    again: at-least-once, as after a crash); the rest stay in doubt for the next call.
+    Every other token is settled: its claim never committed, its completion did, or its
+    lease ran out, so nothing of it is left to take up.
+    """
+    held = sorted(
+        (record for record in found if holds(lifecycle, record, doubt, now)),
+        key=lambda record: claim_order(lifecycle, record),
+    )
+    taken, rest = held[:limit], held[limit:]
+    if not rest:
+        return Resumed(taken, None)
+    lease = declared_lease(lifecycle)
+    return Resumed(taken, Doubt(
+        frozenset(getattr(record, lease.token_field) for record in rest),
+        max(getattr(record, lease.expires_field) for record in rest),
+        doubt.holder,
+    ))

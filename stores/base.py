@@ -25,6 +25,12 @@ Guarantees every implementation documents and the conformance suite checks:
 * **Idempotent creation.** :meth:`Store.insert` of a key that exists writes nothing
   and returns what is stored, so the caller decides whether that is a repeat or a
   collision.
+* **Failures have codes.** No exception of a database driver leaves a store's
+  operation: each becomes the :class:`StoreError` it means (:meth:`Store.driver_error`).
+  A :class:`StoreUnavailable` says whether the failed call's write may have committed
+  (``outcome_unknown``): ``False`` when the failure came before the commit was sent,
+  so nothing changed; ``True`` (:class:`CommitUncertain`) when it came while the commit
+  was on its way, so only a new read tells.
 
 Storage and leasing are separate capabilities. :class:`Store` is storage: get,
 insert, write, scan, counts, transaction. A store for a lifecycle that declares a
@@ -37,7 +43,7 @@ nothing about leases and a store for a lifecycle without one implements neither.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -74,9 +80,33 @@ class TransactionNested(StoreError):
 
 class StoreUnavailable(StoreError):
     """The database cannot be reached or used right now (a lost server, a closed
-    connection, a lock held past the timeout, an I/O error); nothing was committed."""
+    connection, a lock held past the timeout, a full disk, an I/O error).
+
+    ``outcome_unknown`` is ``False`` here: the call failed before anything it wrote was
+    committed, and nothing changed (a transaction whose connection breaks is rolled
+    back by the server; SQLite rolls back what it could not commit). Where the failure
+    came while a commit was on its way, the store raises :class:`CommitUncertain`
+    instead.
+    """
 
     code = "lifecycles.database_unreachable"
+    #: Whether what the failed call wrote may have been committed all the same.
+    outcome_unknown: bool = False
+
+
+class CommitUncertain(StoreUnavailable):
+    """The connection failed while a commit was on its way: after ``COMMIT`` (or a
+    statement that commits by itself) was sent and before its answer came back. The
+    write may have committed or not; ``outcome_unknown`` is ``True``. Same code as
+    :class:`StoreUnavailable`.
+
+    Only reading again, on a working connection, tells which. A write that is
+    idempotent (an insert returning what is stored) may simply be retried; a lease
+    granted this way is held under the token the caller sent, which
+    :meth:`Store.leased_under` finds.
+    """
+
+    outcome_unknown = True
 
 
 class StoreDamaged(StoreError):
@@ -92,6 +122,7 @@ class UniqueViolation(StoreError):
 
 
 __all__ = [
+    "CommitUncertain",
     "LeasingStore",
     "NotLeasable",
     "SchemaMismatch",
@@ -295,6 +326,31 @@ class Store(ABC, Generic[R]):
         return lease_protocol.claim_many(
             self.leasing(), self.lifecycle, inputs_for, limit, self.on_lease
         )
+
+    def leased_under(self, tokens: Collection[str], now: float) -> list[R]:
+        """The records leased under one of ``tokens`` whose lease is live at ``now``, in
+        claim order: where a worker finds the leases it may hold after a write whose
+        outcome it could not learn (:func:`lifecycles.machines.lease.resume`).
+
+        By default a scan of every record (no store answers it often); a SQL store asks
+        its leased records, through the lease-expiry index.
+        """
+        lifecycle = self.lifecycle
+        token_field = lease_protocol.declared_lease(lifecycle).token_field
+        wanted = set(tokens)
+        found = [
+            record for record in self.scan()
+            if lease_protocol.is_live_lease(lifecycle, record, now)
+            and getattr(record, token_field) in wanted
+        ]
+        return sorted(found, key=lambda record: lease_protocol.claim_order(lifecycle, record))
+
+    @property
+    def location(self) -> str:
+        """Where the records live, as a name: two stores of one process with the same
+        location hold the same records (a worker's doubts are kept by it). By default
+        this store object itself; the SQL stores name their database and table."""
+        return f"{type(self).__name__}:{id(self):x}"
 
     def check_schema(self) -> None:
         """Raise :class:`SchemaMismatch` if another connection changed the schema (or the

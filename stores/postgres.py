@@ -35,10 +35,19 @@ transaction so that the connection is never left idle inside one.
 Durability: what a transaction wrote is durable when its ``with`` block exits,
 to the degree the server's ``synchronous_commit`` makes it (on by default).
 
-Errors: a server that cannot be reached, or a connection that broke, raises
-:class:`StoreUnavailable` (``...database_unreachable``);
-:meth:`PostgresStore.driver_error` says what any other ``psycopg`` error means.
-Codes carry the schema's prefix.
+Errors: no ``psycopg`` exception leaves the store. A server that cannot be reached,
+or a connection that broke, raises :class:`StoreUnavailable`
+(``...database_unreachable``); :meth:`PostgresStore.driver_error` says what any other
+``psycopg`` error means. Codes carry the schema's prefix.
+
+What a broken connection leaves behind: the server rolls back a transaction whose
+connection is lost before its ``COMMIT`` arrives, so a failure before the commit was
+sent changed nothing (``outcome_unknown`` false; a connection found closed before a
+statement is sent, too). A connection lost after ``COMMIT`` was sent, or during a
+statement that commits by itself (an autocommit write: :meth:`PostgresStore.alone`,
+the one-statement claim), and before the answer came, is :class:`CommitUncertain`
+(``outcome_unknown`` true): the server may have committed, and only a new read on a
+working connection tells. A commit the server answered with an error was rolled back.
 """
 
 from __future__ import annotations
@@ -57,6 +66,7 @@ from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle, TransitionRefused
 from lifecycles.stores import postgres_notify
 from lifecycles.stores.base import (
+    CommitUncertain,
     SchemaMismatch,
     StoreDamaged,
     StoreError,
@@ -73,6 +83,7 @@ Connection = psycopg.Connection[Any]
 TUPLES_OK = ExecStatus.TUPLES_OK
 
 __all__ = [
+    "CommitUncertain",
     "PostgresDialect",
     "PostgresStore",
     "SchemaMismatch",
@@ -85,12 +96,16 @@ __all__ = [
 def connect(dsn: str, **options: Any) -> Connection:
     """An autocommit connection to ``dsn``, the kind the store expects.
 
-    Raises :class:`StoreUnavailable` when the server cannot be reached; ``options``
-    go to :func:`psycopg.connect` (``connect_timeout``, ``application_name``, ...).
+    Raises :class:`StoreUnavailable` when the server cannot be reached or refuses the
+    connection, ``ValueError`` when ``dsn`` or an option is not a valid connection
+    string; no ``psycopg`` exception. ``options`` go to :func:`psycopg.connect`
+    (``connect_timeout``, ``application_name``, ...).
     """
     try:
         return psycopg.connect(dsn, autocommit=True, **options)
-    except psycopg.OperationalError as error:
+    except psycopg.ProgrammingError as error:  # the connection string itself
+        raise ValueError(f"not a valid PostgreSQL connection string: {error}") from error
+    except psycopg.Error as error:
         raise StoreUnavailable(f"cannot reach the PostgreSQL server: {error}") from error
 
 
@@ -249,30 +264,32 @@ class PostgresStore(SQLStore[R]):
 
     @contextmanager
     def outermost(self) -> Iterator[None]:
-        with self.driver_errors():
-            state = self.connection.info.transaction_status
-            if state == TransactionStatus.UNKNOWN or self.connection.closed:
-                raise StoreUnavailable(
-                    "the connection is closed or broken",
-                    code=self.schema.error("database_unreachable"),
-                )
-            if state != TransactionStatus.IDLE:
-                raise self.nested()
-            with self.connection.transaction():
-                yield
-
-    @contextmanager
-    def driver_errors(self) -> Iterator[None]:
-        """A lost server becomes :class:`StoreUnavailable`; every other error passes."""
+        connection = self.connection
+        self._ready()
+        committing = False
         try:
-            yield
-        except psycopg.OperationalError as error:
-            if self.connection.closed or self.connection.broken:
-                raise StoreUnavailable(
-                    f"the PostgreSQL connection failed: {error}",
-                    code=self.schema.error("database_unreachable"),
-                ) from error
-            raise
+            with connection.transaction():
+                yield
+                committing = True  # the block is done: leaving the with sends COMMIT
+        except Exception as error:
+            self.raise_store_error(error, committing=committing)
+        if connection.broken:  # psycopg ends a block on a broken connection unsent
+            raise self.unavailable("the connection broke before the commit was sent")
+
+    def _ready(self) -> None:
+        """Refuse a connection that cannot take a statement now, before sending any."""
+        state = self.connection.info.transaction_status
+        if state == TransactionStatus.UNKNOWN or self.connection.closed:
+            raise self.unavailable("the connection is closed or broken")
+        if state != TransactionStatus.IDLE:
+            raise self.nested()
+
+    def commit_may_have_happened(self, error: Exception) -> bool:
+        # The connection was lost with the commit on its way: its answer never came. An
+        # error the server sent back (a statement timeout, say) means it rolled back.
+        return isinstance(error, psycopg.OperationalError) and (
+            self.connection.broken or self.connection.closed
+        )
 
     def autocommits(self) -> bool:
         return bool(self.connection.autocommit)
@@ -289,12 +306,11 @@ class PostgresStore(SQLStore[R]):
         if isinstance(plan, str) or self._depth or not self.connection.autocommit:
             return lease_protocol.UNSETTLED
         params = [*(getattr(inputs, name) for name in plan.inputs), *self._guard_params]
+        self._ready()
         try:
             # Prepared at once (planning it costs more than running it), and written with
             # $n markers (too long for psycopg's cache of converted statements).
-            with self.driver_errors(), psycopg.RawCursor(
-                self.connection, row_factory=tuple_row
-            ) as cursor:
+            with psycopg.RawCursor(self.connection, row_factory=tuple_row) as cursor:
                 cursor.execute(plan.statement, params, prepare=True)
                 found = _rows(cursor)
         except (psycopg.errors.InvalidTextRepresentation, psycopg.errors.CheckViolation):
@@ -302,6 +318,8 @@ class PostgresStore(SQLStore[R]):
             # lifecycles.stores.postgres_rules, refusing it): nothing was written.
             # The protocol reads it again and refuses it as any read does.
             return lease_protocol.UNSETTLED
+        except Exception as error:
+            self.raise_store_error(error, committing=True)  # the statement is its commit
         if not found:
             return lease_protocol.UNSETTLED
         was_values, written_values = plan.split(found[0])
@@ -327,10 +345,12 @@ class PostgresStore(SQLStore[R]):
     def alone(self, statement: str, params: Sequence[Any]) -> int:
         if not self.connection.autocommit:
             return super().alone(statement, params)
-        with self.driver_errors():
-            if self.connection.info.transaction_status != TransactionStatus.IDLE:
-                raise self.nested()
-            return self.change(statement, params)
+        self._ready()
+        try:
+            with self._cursor(statement, params) as cursor:
+                return int(cursor.rowcount)
+        except Exception as error:
+            self.raise_store_error(error, committing=True)  # the statement is its commit
 
     def statement_savepoint(self) -> AbstractContextManager[Any]:
         # A failed statement aborts the whole transaction in PostgreSQL; when the
@@ -346,20 +366,40 @@ class PostgresStore(SQLStore[R]):
         writer (:mod:`lifecycles.stores.postgres_notify`); returns ``stop()``."""
         return postgres_notify.listen(self, wake)
 
+    _where: tuple[Any, ...] = ()
+
     def lock_schema(self) -> None:
-        # Workers starting together must not race on CREATE TABLE IF NOT EXISTS.
-        self.run(
-            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '.' || %s, 0))",
+        # Workers starting together must not race on CREATE TABLE IF NOT EXISTS. The same
+        # statement names the database the store is in, for its location.
+        ((_, *where),) = self.run(
+            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '.' || %s, 0)),"
+            " host(inet_server_addr()), inet_server_port(), current_database(),"
+            " current_schema()",
             (self.schema.table,),
         )
+        self._where = tuple(where)
+
+    def locate(self) -> str:
+        # The server as it sees itself (a proxy or another route names it alike); over a
+        # Unix socket, which has no address, the socket the client used.
+        address, port, database, schema = self._where
+        if address is None:
+            address, port = self.connection.info.host, self.connection.info.port
+        return f"postgresql://{address}:{port}/{database}?schema={schema}#{self.schema.table}"
 
     def run(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._cursor(statement, params) as cursor:
-            return _rows(cursor)
+        try:
+            with self._cursor(statement, params) as cursor:
+                return _rows(cursor)
+        except Exception as error:
+            self.raise_store_error(error)
 
     def change(self, statement: str, params: Sequence[Any]) -> int:
-        with self._cursor(statement, params) as cursor:
-            return int(cursor.rowcount)
+        try:
+            with self._cursor(statement, params) as cursor:
+                return int(cursor.rowcount)
+        except Exception as error:
+            self.raise_store_error(error)
 
     def _cursor(self, statement: str, params: Sequence[Any]) -> Any:
         """A cursor that has run ``statement``: its markers numbered once per statement
@@ -392,6 +432,23 @@ class PostgresStore(SQLStore[R]):
             (list(names),),
         )
         return {str(name) for (name,) in rows}
+
+    def unique_column_sets(self, table: str) -> set[frozenset[str]]:
+        # What ON CONFLICT can infer as its arbiter: unique, valid, not deferred, neither
+        # partial nor over an expression; its key columns only (not INCLUDE ones).
+        rows = self.run(
+            "SELECT array_agg(a.attname::text) FROM pg_index AS i"
+            " JOIN pg_class AS c ON c.oid = i.indrelid"
+            " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+            " CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, position)"
+            " JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = k.attnum"
+            " WHERE n.nspname = current_schema() AND c.relname = %s"
+            " AND k.position <= i.indnkeyatts AND i.indisunique AND i.indisvalid"
+            " AND i.indimmediate AND i.indpred IS NULL AND i.indexprs IS NULL"
+            " GROUP BY i.indexrelid",
+            (table,),
+        )
+        return {frozenset(columns) for (columns,) in rows}
 
     def driver_error(self, error: Exception) -> StoreError | None:
         """``psycopg`` errors by what they mean for the caller.

@@ -21,21 +21,34 @@ The schema is created, migrated and verified once, when the store is built; then
 every outermost transaction starts with one cheap probe (and :meth:`check_schema`
 runs it for reads made outside one), so a schema or meta row changed by another
 connection is refused (``schema_altered``) before anything is read or written.
+
+No driver exception leaves the store, the constructor included: every statement it
+runs (:meth:`SQLStore.run`, :meth:`SQLStore.change`, the transactions' ``BEGIN`` and
+``COMMIT``) turns one into the store error it means (:meth:`SQLStore.driver_error`,
+the subclasses' reading of their driver). A failure while a commit was on its way
+(``COMMIT``, or a statement that commits by itself, :meth:`SQLStore.alone`) is a
+:class:`~lifecycles.stores.base.CommitUncertain` where the dialect cannot rule out
+that the commit happened (:meth:`SQLStore.commit_may_have_happened`), and a plain
+``StoreUnavailable`` (nothing changed) where it can.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from types import TracebackType
+from typing import Any, ClassVar, NamedTuple, NoReturn, TypeVar
 
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle, Row
 from lifecycles.stores.base import (
+    CommitUncertain,
     StaleRecord,
     Store,
+    StoreDamaged,
     StoreError,
+    StoreUnavailable,
     TransactionNested,
     UniqueViolation,
 )
@@ -66,6 +79,31 @@ AS_STORED_LIMIT = 4096
 
 # --- the store -----------------------------------------------------------------------
 
+# Reads where no transaction need be opened: every statement translates its own errors.
+_AS_IT_IS = nullcontext()
+
+
+class _StoreErrors:
+    """Turns a driver exception raised inside it into the store error it means (reusable:
+    it holds no state of its own)."""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store: SQLStore[Any]) -> None:
+        self.store = store
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if isinstance(error, Exception):
+            meant = self.store.driver_error(error)
+            if meant is not None:
+                raise meant from error
+
 
 class _Write(NamedTuple):
     """One planned compare-and-set: its statement inside a transaction, its parameters,
@@ -90,6 +128,7 @@ class SQLStore(Store[R], ABC):
     dialect: Dialect
     #: Driver exceptions an insert raises for a duplicate of a unique value.
     unique_violations: ClassVar[tuple[type[Exception], ...]]
+    _location: str = ""
 
     def __init__(
         self, lifecycle: Lifecycle[R, Any], connection: Any, schema: SQLSchema | None
@@ -117,8 +156,10 @@ class SQLStore(Store[R], ABC):
         ]
         self._probe_statement = self.dialect.probe(self.schema)
         self._prepare_statements()
+        self._store_errors = _StoreErrors(self)
         with self.transaction():
             self.lock_schema()
+            self._location = self.locate()
             self.schema.ensure(self)
             self.ensure_rules_indexes()
             self.ensure_notifications()
@@ -127,12 +168,14 @@ class SQLStore(Store[R], ABC):
         self._verified = True
 
     # -- driver hooks ---------------------------------------------------------------
+    # Each raises store errors only: a driver exception becomes what driver_error says.
 
     @abstractmethod
     def outermost(self) -> AbstractContextManager[None]:
         """Begin the outermost transaction; commit on normal exit, roll back otherwise.
         Refuses (``transaction_nested``) a connection inside a transaction the store did
-        not open, and (``database_unreachable``) one that is closed."""
+        not open, and (``database_unreachable``) one that is closed. A failed commit is
+        :meth:`raise_store_error` ``(committing=True)``."""
 
     @abstractmethod
     def run(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -142,16 +185,55 @@ class SQLStore(Store[R], ABC):
     def change(self, statement: str, params: Sequence[Any]) -> int:
         """Run one writing statement; how many rows it changed."""
 
+    def locate(self) -> str:
+        """The store's :attr:`location`, asked once inside the constructor's transaction;
+        by default the connection object (the subclasses name the database)."""
+        return f"{self.dialect.name}:{id(self.connection):x}#{self.schema.table}"
+
+    @property
+    def location(self) -> str:
+        return self._location
+
+    def commit_may_have_happened(self, error: Exception) -> bool:
+        """Whether a commit that failed with ``error`` (a driver exception meaning
+        ``database_unreachable``) may have committed all the same. ``True`` unless the
+        dialect knows better: honest, since a commit whose answer never came is unknown."""
+        return True
+
+    def raise_store_error(self, error: Exception, *, committing: bool = False) -> NoReturn:
+        """Raise what ``error`` means for the store's caller: the store error
+        :meth:`driver_error` makes of a driver exception (chained to it), or ``error``
+        itself. ``committing``: it came while a commit was on its way; then
+        ``database_unreachable`` is a :class:`CommitUncertain` where the commit may have
+        happened (:meth:`commit_may_have_happened`)."""
+        meant = self.driver_error(error)
+        if meant is None:
+            raise error
+        if committing and isinstance(meant, StoreUnavailable) and (
+            self.commit_may_have_happened(error)
+        ):
+            raise CommitUncertain(str(error), code=meant.code) from error
+        raise meant from error
+
+    def unavailable(self, why: str) -> StoreUnavailable:
+        """``database_unreachable`` for a connection found unusable before anything was
+        sent: certainly nothing changed."""
+        return StoreUnavailable(why, code=self.schema.error("database_unreachable"))
+
     @abstractmethod
     def columns_of(self, table: str) -> tuple[object, ...]: ...
 
     @abstractmethod
     def tables_present(self, names: Sequence[str]) -> set[str]: ...
 
+    @abstractmethod
+    def unique_column_sets(self, table: str) -> set[frozenset[str]]: ...
+
     def alone(self, statement: str, params: Sequence[Any]) -> int:
         """Run one writing statement as a transaction of its own, committed when it returns;
         how many rows it changed. A driver that autocommits one statement saves the
-        ``BEGIN``, the probe and the ``COMMIT`` of this default."""
+        ``BEGIN``, the probe and the ``COMMIT`` of this default; its failure is then
+        :meth:`raise_store_error` ``(committing=True)``: the statement is its own commit."""
         with self.transaction():
             return self.change(statement, params)
 
@@ -179,8 +261,9 @@ class SQLStore(Store[R], ABC):
         return True
 
     def driver_errors(self) -> AbstractContextManager[None]:
-        """Where a lost connection must become ``database_unreachable`` at once."""
-        return nullcontext()
+        """A block in which a driver exception (a caller's own statement on the store's
+        connection, say) becomes the store error it means."""
+        return self._store_errors
 
     def statement_savepoint(self) -> AbstractContextManager[None]:
         """Where a failed statement must not abort the caller's wider transaction."""
@@ -247,7 +330,8 @@ class SQLStore(Store[R], ABC):
             finally:
                 self._depth -= 1
             return
-        with self.outermost():
+        # The block's own driver exceptions (an on_lease hook's statement, say) too.
+        with self._store_errors, self.outermost():
             self._depth = 1
             self._transactions += 1
             if self.dialect.write_locked:
@@ -280,15 +364,14 @@ class SQLStore(Store[R], ABC):
         """Reads outside a store transaction: one statement where the connection
         autocommits, else a short transaction of their own (never left open)."""
         if self._depth or self.autocommits():
-            return self.driver_errors()
+            return _AS_IT_IS
         return self.transaction()
 
     def check_schema(self) -> None:
         if not self._verified:
             return
         if self._depth or self.autocommits():
-            with self.driver_errors():
-                self._probe()
+            self._probe()
         else:
             with self.transaction():  # which probes on entry
                 pass
@@ -385,6 +468,16 @@ class SQLStore(Store[R], ABC):
         expired = self._lease_statements().expired
         return [self._decode(row) for row in self._fetch(expired, (now,))]
 
+    def leased_under(self, tokens: Collection[str], now: float) -> list[R]:
+        """One statement over the leased records (the lease-expiry index): those whose
+        lease is live at ``now`` and whose token is one of ``tokens``, in claim order."""
+        if not tokens:
+            return []
+        where, order = self._lease_statements().live_under
+        marks = ", ".join(self.dialect.param for _ in tokens)
+        statement = f"{where}({marks}){order}"
+        return [self._decode(row) for row in self._fetch(statement, [now, *sorted(tokens)])]
+
     def count_by_status(self) -> dict[str, int]:
         counts = {status.value: 0 for status in self.lifecycle.statuses}
         for status, count in self._fetch(self._count_by_status, ()):
@@ -421,8 +514,11 @@ class SQLStore(Store[R], ABC):
             try:
                 with self.statement_savepoint():
                     inserted = self.change(self._insert, stored) == 1
-            except self.unique_violations as error:
-                raise UniqueViolation(str(error)) from error
+            except StoreDamaged as error:
+                # change translated the driver's exception; its cause tells a duplicate.
+                if isinstance(error.__cause__, self.unique_violations):
+                    raise UniqueViolation(str(error.__cause__)) from error.__cause__
+                raise
             if inserted:
                 self._remember(record, stored)
                 return record

@@ -61,6 +61,8 @@ class LeaseStatements:
     glance: str
     count_due: str
     count_expired: str
+    #: The live leases under given tokens: (where, order), the token list between them.
+    live_under: Query
 
     @classmethod
     def build(cls, d: Dialect, schema: SQLSchema, select: str) -> LeaseStatements:
@@ -120,4 +122,11 @@ class LeaseStatements:
             ),
             count_due=f"SELECT count(*) FROM {table} WHERE {due}",
             count_expired=f"SELECT count(*) FROM {table} WHERE {expired}",
+            # The expiry queries' status literal and expiry range: the lease-expiry index.
+            live_under=(
+                f"{select} WHERE {quote(lifecycle.status_field)} = "
+                f"{d.literal(lease_protocol.leased_status(lifecycle))}"
+                f" AND {quote(lease.expires_field)} > {p} AND {quote(lease.token_field)} IN ",
+                f" ORDER BY {order}",
+            ),
         )

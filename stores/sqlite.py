@@ -22,6 +22,17 @@ what it wrote is as durable as the connection's ``synchronous`` setting makes it
 two writers on one file serialise instead of failing half-way; a connection that is
 already inside a transaction the store did not open is refused
 (``transaction_nested``) rather than silently joined.
+
+Failures: every ``sqlite3`` exception becomes a store error
+(:meth:`SQLiteStore.driver_error`). A commit that fails (``COMMIT``, or a write
+outside a transaction, which is its own commit) is ``database_unreachable`` with
+``outcome_unknown`` false, nothing changed, when SQLite says so: the transaction is
+still open (another connection's lock kept the commit out; the store rolls it back),
+or the error is a lock (``SQLITE_BUSY``, ``SQLITE_LOCKED``: the commit never began) or
+a full disk (``SQLITE_FULL``: a write of the commit was refused, and SQLite rolls the
+transaction back). An I/O error (``SQLITE_IOERR``) is :class:`CommitUncertain`: a
+failed sync can come after the commit record is written, which the next reader of
+the journal or log then finds committed.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from typing import Any, ClassVar, TypeVar
 
 from lifecycles.machines.core import Lifecycle
 from lifecycles.stores.base import (
+    CommitUncertain,
     SchemaMismatch,
     StoreDamaged,
     StoreError,
@@ -44,7 +56,7 @@ from lifecycles.stores.sql import Codec, Column, Dialect, SQLSchema, SQLStore, p
 
 R = TypeVar("R")
 
-__all__ = ["SQLiteDialect", "SQLiteStore", "connect"]
+__all__ = ["CommitUncertain", "SQLiteDialect", "SQLiteStore", "StoreUnavailable", "connect"]
 
 #: ``synchronous`` settings :func:`connect` accepts, by name (SQLite's own names).
 SYNCHRONOUS = ("off", "normal", "full", "extra")
@@ -218,40 +230,92 @@ class SQLiteStore(SQLStore[R]):
 
     @contextmanager
     def outermost(self) -> Iterator[None]:
-        if self.connection.in_transaction:
-            raise self.nested()
-        self.connection.execute("BEGIN IMMEDIATE")
+        connection = self.connection
+        try:
+            if connection.in_transaction:  # a closed connection raises here
+                raise self.nested()
+            connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            self.raise_store_error(error)
         try:
             # Under the write lock: the schema cannot change again before the commit.
             yield
-            self.connection.commit()
         except BaseException:
+            self._roll_back()
+            raise
+        try:
+            connection.commit()
+        except sqlite3.Error as error:
+            # Still open: the commit was kept out (a reader's lock, say) and nothing is
+            # committed. The transaction ends here either way, as the contract says.
+            kept_out = self._still_open()
+            self._roll_back()
+            self.raise_store_error(error, committing=not kept_out)
+
+    def _still_open(self) -> bool:
+        try:
+            return bool(self.connection.in_transaction)
+        except sqlite3.Error:  # closed: sqlite3 rolled back what was open
+            return False
+
+    def _roll_back(self) -> None:
+        try:
             if self.connection.in_transaction:
                 self.connection.rollback()
-            raise
+        except sqlite3.Error as error:  # the exception being handled stays its context
+            self.raise_store_error(error)
+
+    def commit_may_have_happened(self, error: Exception) -> bool:
+        # Only a failed write or sync of the journal or log can follow the commit record
+        # (a lock, a full disk, a closed connection: nothing of the commit was written).
+        name = getattr(error, "sqlite_errorname", None) or ""
+        return name.startswith("SQLITE_IOERR")
 
     def alone(self, statement: str, params: Sequence[Any]) -> int:
         # SQLite runs a statement outside a transaction as a transaction of its own;
         # sqlite3 would open one implicitly before an UPDATE, so it is told not to, for
         # this statement only (no transaction is open: setting the level commits none).
         connection = self.connection
-        if connection.in_transaction:
-            raise self.nested()
-        level = connection.isolation_level
+        try:
+            if connection.in_transaction:  # a closed connection raises here
+                raise self.nested()
+            level = connection.isolation_level
+        except sqlite3.Error as error:
+            self.raise_store_error(error)
         connection.isolation_level = None
         try:
             return int(connection.execute(statement, params).rowcount)
+        except sqlite3.Error as error:
+            self.raise_store_error(error, committing=True)  # the statement is its commit
         finally:
             connection.isolation_level = level
 
     def run(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        cursor = self.connection.cursor()
-        cursor.row_factory = None  # plain tuples: a caller's sqlite3.Row costs per row here
-        rows: list[tuple[Any, ...]] = cursor.execute(statement, params).fetchall()
+        try:
+            cursor = self.connection.cursor()
+            cursor.row_factory = None  # plain tuples: a caller's sqlite3.Row costs per row
+            rows: list[tuple[Any, ...]] = cursor.execute(statement, params).fetchall()
+        except sqlite3.Error as error:
+            self.raise_store_error(error)
         return rows
 
     def change(self, statement: str, params: Sequence[Any]) -> int:
-        return int(self.connection.execute(statement, params).rowcount)
+        implicit = False
+        try:
+            # Outside a store transaction sqlite3 opens one of its own before the write;
+            # a failed write would leave it open, and every later transaction nested.
+            implicit = not self._depth and not self.connection.in_transaction
+            return int(self.connection.execute(statement, params).rowcount)
+        except sqlite3.Error as error:
+            if implicit:
+                self._roll_back()
+            self.raise_store_error(error)
+
+    def locate(self) -> str:
+        # The main database's file as SQLite resolved it; an in-memory one is its connection.
+        files = {name: file for _, name, file in self.run("PRAGMA database_list")}
+        where = files.get("main") or f":memory:{id(self.connection):x}"
+        return f"sqlite:{where}#{self.schema.table}"
 
     def columns_of(self, table: str) -> tuple[object, ...]:
         # PRAGMA arguments cannot be bound; table names come from schema declarations.
@@ -265,6 +329,25 @@ class SQLiteStore(SQLStore[R]):
                 tuple(names),
             )
         }
+
+    def unique_column_sets(self, table: str) -> set[frozenset[str]]:
+        quoted = self.dialect.quote(table)
+        found: set[frozenset[str]] = set()
+        indexes = self.run(f"PRAGMA index_list({quoted})")  # seq, name, unique, origin, partial
+        for _, name, unique, _, partial in indexes:
+            if not unique or partial:
+                continue
+            keyed = [row for row in self.run(f"PRAGMA index_xinfo({self.dialect.quote(name)})")
+                     if row[5]]  # seqno, cid, name, desc, coll, key
+            # An expression (no column name) or another collation keys other values.
+            if all(column is not None and coll == "BINARY" for _, _, column, _, coll, _ in keyed):
+                found.add(frozenset(column for _, _, column, _, _, _ in keyed))
+        if not any(origin == "pk" for _, _, _, origin, _ in indexes):
+            # INTEGER PRIMARY KEY is the rowid itself: unique without an index.
+            key = frozenset(row[1] for row in self.run(f"PRAGMA table_info({quoted})") if row[5])
+            if key:
+                found.add(key)
+        return found
 
     def driver_error(self, error: Exception) -> StoreError | None:
         """``sqlite3`` errors by what they mean for the caller.

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.legacy_schema import NO_KEYS, build_sqlite, sqlite_state
 from support.monitor import (
     CAPABILITIES,
     TABLE,
@@ -29,6 +30,7 @@ from support.monitor import (
 from support.reference import require_reference
 
 import lifecycles.monitor as lifecycles_monitor
+from lifecycles.invariants.monitor import COLUMNS
 from lifecycles.stores.sql_health import HealthQueries
 
 reference = require_reference("terminal_processing_monitor")
@@ -415,3 +417,83 @@ def test_invalid_arguments_on_an_altered_database_get_the_references_code(
         except Exception as error:  # both sides raise their own class: compare the code
             codes[name] = getattr(error, "code", type(error).__name__)
     assert codes["lifecycles"] == codes["reference"]
+
+
+# --- a database made by hand or by an older tool ---------------------------------------
+# Tables with the reference's columns and keys but none of its NOT NULL or CHECK
+# constraints are accepted by both: every rule those constraints state is checked on every
+# row read (and, by lifecycles, before every write). A table without its keys is refused
+# by lifecycles alone: that difference is pinned in test_monitor_differences.py.
+
+TABLE_COLUMNS = [name for name in COLUMNS if name != "lease_token"]  # as dump() reads them
+KEYED_ONLY: dict[str, dict[str, Any]] = {
+    "v1, untyped": {"version": 1, "typed": False},
+    "v1, plain types": {"version": 1},
+    "v2 with a row, untyped": {"version": 2, "typed": False, "rows": True},
+    "v2 with a row, plain types, meta without CHECKs": {"version": 2, "rows": True},
+}
+KEYED_ONLY_STEPS: list[tuple[Any, ...]] = [
+    *(("register", 100, index, 2) for index in range(4)),
+    ("register", 101, 0, 2),  # again: idempotent
+    ("run_once", 110, "succeeded", "w1", 600),
+    ("run_once", 110, "retryable", "w1", 600),
+    ("run_once", 110, "leased", "w1", 600),
+    ("claim", 112, "w2", 300),
+    *(("status", 130, index) for index in range(4)),
+    ("health", 130),
+    ("run_once", 500, "final", "w3", 600),
+    ("run_once", 2000, "failed", "w3", 600),
+    ("health", 5000),
+]
+
+
+@pytest.mark.parametrize("case", KEYED_ONLY)
+def test_a_table_with_its_keys_but_no_other_constraints_is_continued_identically(
+    tmp_path: Path, case: str
+) -> None:
+    original = tmp_path / "hand-made.db"
+    build_sqlite(original, **KEYED_ONLY[case])
+    seen: dict[str, list[Any]] = {}
+    for name, module in IMPLEMENTATIONS.items():
+        path = tmp_path / f"{name}.db"
+        shutil.copy(original, path)
+        monitor = module.DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
+        seen[name] = [as_tuple(call(monitor, step)) for step in KEYED_ONLY_STEPS]
+        seen[name] += [dump(monitor.connection), every_table(path)[1]]  # rows, then the meta
+    assert seen["lifecycles"] == seen["reference"]
+    assert seen["reference"][-1] == (META, (1, 2, CAPABILITIES))
+    # The steps took items through every status (status() answers, then the rows left).
+    statuses = {result[5] for result in seen["reference"]
+                if isinstance(result, tuple) and result[:1] == ("TerminalProcessingStatus",)}
+    statuses |= {row[TABLE_COLUMNS.index("status")] for row in seen["reference"][-2]}
+    assert statuses == {"pending", "leased", "watching", "retry_wait", "succeeded", "failed"}
+
+
+# Refused by both, and changed by neither: the reference's answer comes first in its
+# opening, before it writes anything.
+REFUSED_BY_BOTH: dict[str, tuple[dict[str, Any], str]] = {
+    "v1 with a row, no keys": ({"version": 1, "keys": NO_KEYS, "rows": True},
+                               "legacy_unbound"),
+    "v1 with a row, untyped, keys": ({"version": 1, "typed": False, "rows": True},
+                                     "legacy_unbound"),
+    "v1, an extra column": ({"version": 1, "extra_column": True}, "schema_altered"),
+    "v1, an extra column, no keys": ({"version": 1, "extra_column": True, "keys": NO_KEYS},
+                                     "schema_altered"),
+    "v2, an extra column": ({"version": 2, "extra_column": True, "rows": True},
+                            "schema_altered"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED_BY_BOTH)
+def test_a_hand_made_database_both_refuse_is_refused_with_one_code_and_left_unchanged(
+    tmp_path: Path, case: str
+) -> None:
+    shape, code = REFUSED_BY_BOTH[case]
+    path = tmp_path / "hand-made.db"
+    build_sqlite(path, **shape)
+    before = sqlite_state(path)
+    for module in IMPLEMENTATIONS.values():
+        with pytest.raises(module.TerminalProcessingMonitorBlocked) as refused:
+            module.DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
+        assert refused.value.code == CODE + code
+        assert sqlite_state(path) == before

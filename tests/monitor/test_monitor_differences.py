@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.legacy_schema import KEYS, NO_KEYS, build_sqlite, sqlite_state
 from support.monitor import (
     CAPABILITIES,
     AlwaysEqual,
@@ -420,3 +421,191 @@ def test_a_locked_or_closed_database_is_database_unreachable(tmp_path: Path) -> 
         got = answered(lambda m=monitor: m.status("e0", now=200))
         assert got == (sqlite3.ProgrammingError if monitor is ref
                        else CODE + "database_unreachable")
+
+
+def test_a_database_locked_past_the_timeout_at_construction_is_database_unreachable(
+    tmp_path: Path,
+) -> None:
+    """Another connection holds the write lock while a monitor opens the file.
+
+    The reference's constructor lets ``sqlite3.OperationalError`` (database is locked)
+    escape. Lifecycles raises ``database_unreachable`` (``outcome_unknown`` false), and
+    nothing is created in the file: the constructor is an entry point like any other.
+    """
+    for module in (reference, lifecycles_monitor):
+        path = tmp_path / f"{module.__name__}.db"
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            got = answered(lambda m=module, p=path: m.DurableTerminalProcessingMonitor(
+                sqlite3.connect(p, timeout=0.05), CAPABILITIES))
+        finally:
+            holder.execute("ROLLBACK")
+        assert got == (sqlite3.OperationalError if module is reference
+                       else CODE + "database_unreachable")
+        assert holder.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,)
+
+
+def test_a_lease_left_by_a_failed_write_is_taken_up_by_the_workers_next_call(
+    tmp_path: Path,
+) -> None:
+    """``run_once``'s completion fails: the database is locked past the timeout.
+
+    The item stays leased to the worker in both. The reference's next ``run_once`` by
+    that worker claims the next item and leaves this one leased, stranded until its
+    lease expires (and counted as a failure then). Lifecycles keeps the lease as a doubt
+    of that worker (so it does for a claim whose commit's answer was lost:
+    tests/monitor/test_monitor_uncertain_commit.py), and the worker's next call polls
+    that very lease again, same token, at least once as after a crash.
+    """
+    ref, ours = both(tmp_path, timeout=0.05)
+    for monitor, path in ((ref, tmp_path / "reference.db"), (ours, tmp_path / "lifecycles.db")):
+        holder = sqlite3.connect(path, isolation_level=None)
+
+        def locking(event_id: str, site_id: str, holder: Any = holder) -> Any:
+            holder.execute("BEGIN IMMEDIATE")  # held while the answer is written
+            return answer(event_id, site_id, "succeeded")
+
+        try:
+            failed = answered(lambda m=monitor, r=locking: m.run_once(r, "w1", now=200))
+        finally:
+            holder.execute("ROLLBACK")
+        assert failed == (sqlite3.OperationalError if monitor is ref
+                          else CODE + "database_unreachable")
+        token = row(monitor, "e0")["lease_token"]
+        assert row(monitor, "e0")["status"] == "leased" and token is not None
+        asked: list[str] = []
+
+        def reader(event_id: str, site_id: str, asked: list[str] = asked) -> Any:
+            asked.append(event_id)
+            return answer(event_id, site_id, "succeeded")
+
+        outcome = monitor.run_once(reader, "w1", now=201)
+        if monitor is ref:
+            assert asked == ["e1"] and outcome.event_id == "e1"
+            assert (row(ref, "e0")["status"], row(ref, "e0")["lease_token"]) == ("leased", token)
+        else:
+            assert asked == ["e0"] and outcome.event_id == "e0"
+            assert (row(ours, "e0")["status"], row(ours, "e1")["status"]) == (
+                "succeeded", "pending")
+
+
+# --- a database made by hand or by an older tool ---------------------------------------
+
+KEYLESS: dict[str, dict[str, Any]] = {
+    "v1, untyped, no keys": {"version": 1, "typed": False, "keys": NO_KEYS},
+    "v1, plain types, no keys": {"version": 1, "keys": NO_KEYS},
+    "v1, no UNIQUE notification_id": {"version": 1, "keys": {"event_id"}},
+    "v1, no PRIMARY KEY event_id": {"version": 1, "keys": {"notification_id"}},
+    "v2 with a row, plain types, no keys": {"version": 2, "keys": NO_KEYS, "rows": True},
+}
+
+
+@pytest.mark.parametrize("case", KEYLESS)
+def test_a_table_without_its_keys_is_refused_unchanged_where_the_reference_goes_on(
+    tmp_path: Path, case: str
+) -> None:
+    """The processing table has the reference's columns but lacks its keys (event_id
+    PRIMARY KEY, notification_id UNIQUE), as a hand-made table or an older tool's would.
+
+    The reference checks column names only: it migrates a version-1 database (meta table
+    replaced and bound, its index created) and goes on, but its guarantees are gone with
+    the keys: without the UNIQUE it registers a second event under one notification id,
+    the collision its own schema refuses; without the key nothing keeps one row per
+    event. Lifecycles decides when it opens, before changing anything: ``schema_altered``,
+    the file left byte for byte as it was, and a cause that names the missing keys and
+    the statement that adds them (the CLI prints it). It used to migrate the file, then
+    refuse every register (its insert needs the key).
+    """
+    shape = KEYLESS[case]
+    path = tmp_path / "hand-made.db"
+    build_sqlite(path, **shape)
+    before = sqlite_state(path)
+    with pytest.raises(lifecycles_monitor.StorageBlocked) as refused:
+        lifecycles_monitor.DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
+    assert refused.value.code == CODE + "schema_altered"
+    missing = sorted(KEYS - set(shape["keys"]))
+    assert f"{TABLE} does not keep {' or '.join(missing)} unique" in str(refused.value.__cause__)
+    assert sqlite_state(path) == before
+
+    # The reference, on the same file.
+    (table_sql,) = [sql for _, name, _, sql in before[2] if name == TABLE]
+    ref = reference.DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
+    connection = ref.connection
+    assert [tuple(r) for r in connection.execute(f"SELECT * FROM {META}")] == [
+        (1, 2, CAPABILITIES)
+    ]
+    assert connection.execute(
+        f"SELECT sql FROM sqlite_master WHERE name = '{TABLE}'"
+    ).fetchone()[0] == table_sql  # the table stays without its keys
+    assert connection.execute(
+        f"SELECT 1 FROM sqlite_master WHERE name = '{TABLE}_due'"
+    ).fetchone() is not None
+    ref.register(*notification(0), now=100)
+    collision = answered(
+        lambda: ref.register(*notification(1, notification_id="n0"), now=100).status
+    )
+    stored = connection.execute(
+        f"SELECT event_id FROM {TABLE} WHERE notification_id = 'n0' ORDER BY 1"
+    ).fetchall()
+    if "notification_id" in missing:
+        assert (collision, [tuple(r) for r in stored]) == ("pending", [("e0",), ("e1",)])
+    else:
+        assert (collision, [tuple(r) for r in stored]) == (sqlite3.IntegrityError, [("e0",)])
+    outcome = ref.run_once(lambda e, s: answer(e, s, "succeeded"), "w1", now=200)
+    assert outcome is not None and outcome.status == "succeeded"
+
+
+def test_a_meta_table_without_its_key_is_refused_unchanged_where_the_reference_breaks_it(
+    tmp_path: Path,
+) -> None:
+    """A version-2 meta table bound to the right capabilities, but with no key on
+    ``singleton``.
+
+    Both refuse it with ``schema_altered``. The reference first commits a second binding
+    row (its ``INSERT OR IGNORE`` has no key to ignore on), so from then on it refuses the
+    file on every opening; lifecycles refuses before writing, and the file is as it was.
+    """
+    path = tmp_path / "hand-made.db"
+    build_sqlite(path, version=2, meta_keyed=False)
+    before = sqlite_state(path)
+    opening = {
+        module: (lambda m=module: m.DurableTerminalProcessingMonitor(
+            sqlite3.connect(path), CAPABILITIES))
+        for module in (lifecycles_monitor, reference)
+    }
+    assert answered(opening[lifecycles_monitor]) == CODE + "schema_altered"
+    assert sqlite_state(path) == before
+    assert answered(opening[reference]) == CODE + "schema_altered"
+    connection = sqlite3.connect(path)
+    assert connection.execute(f"SELECT * FROM {META}").fetchall() == [
+        (1, 2, CAPABILITIES), (1, 2, CAPABILITIES)
+    ]
+    connection.close()
+    assert answered(opening[reference]) == CODE + "schema_altered"
+
+
+def test_a_table_rebuilt_without_its_keys_under_an_open_monitor_is_schema_altered(
+    tmp_path: Path,
+) -> None:
+    """Another connection rebuilds the processing table without its keys, rows copied
+    (what a tool that "cleans up" a table by hand may do), while both monitors are open.
+
+    The reference checks column names only and goes on: it then registers a second event
+    under one notification id. Lifecycles sees the catalogue change on its next call,
+    checks the keys again and refuses with ``schema_altered``, writing nothing.
+    """
+    rebuild = [
+        f"CREATE TABLE copy AS SELECT * FROM {TABLE}", f"DROP TABLE {TABLE}",
+        f"ALTER TABLE copy RENAME TO {TABLE}",
+    ]
+    ref, ours = both(tmp_path)
+    for monitor in (ref, ours):
+        plant(monitor, *rebuild)
+    collide = notification(5, notification_id="n0")
+    assert answered(lambda: ref.register(*collide, now=200).status) == "pending"
+    before = table_dump(ours.connection)
+    for call in (lambda: ours.register(*collide, now=200), lambda: ours.claim("w1", now=200),
+                 lambda: ours.status("e0", now=200), lambda: ours.health(now=200)):
+        assert answered(call) == CODE + "schema_altered"
+    assert table_dump(ours.connection) == before
