@@ -30,12 +30,12 @@ where the reference strands the item until its lease expires.
 from __future__ import annotations
 
 import hashlib
-import secrets
 import sqlite3
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+
+import attrs
 
 from lifecycles.invariants.core import (
     FieldRule,
@@ -63,19 +63,19 @@ from lifecycles.invariants.monitor_messages import (
     NOTIFICATION_SCHEMA,
     notification_rules_broken,
 )
-from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.monitor import (
     CODE,
     MONITOR,
     STATUS_SCHEMA,
     MonitorInputs,
     RetryPolicy,
+    finish_poll,
+    monitor_handling,
     new_record,
     plain_value,
-    poll_step,
     read_answer,
 )
-from lifecycles.machines.work import Step
+from lifecycles.machines.work import Leave, Raised, Result, Step
 from lifecycles.monitor_errors import (
     RULE_CODES,
     DatabaseUnreachable,
@@ -100,6 +100,7 @@ from lifecycles.monitor_values import (
 )
 from lifecycles.stores.base import StaleRecord
 from lifecycles.stores.sql import SQLStore
+from lifecycles.worker import REFUSALS, LeaseWork, new_lease_token
 
 SCHEMA_VERSION = MonitorSchema.VERSION
 # Derived from the declarations, never listed again.
@@ -132,56 +133,11 @@ def canonical_sha256(value: Any) -> str:
         raise refused("notification_json") from None
 
 
-def new_lease_token() -> str:
-    """A fresh, unguessable lease token (the fencing token of one claim)."""
-    return secrets.token_urlsafe(32)
-
-
 def _open_store(connection: Any, capabilities_sha256: str) -> SQLStore[MonitorRecord]:
     # The reference schema is the monitor's own (lifecycles/monitor_schema.py).
     return open_monitor_store(connection, capabilities_sha256)
 
 
-class LeaseDoubts:
-    """The leases this process's workers may hold after a write that failed unconfirmed
-    (:class:`~lifecycles.machines.lease.Doubt`), by the store's location and worker id.
-
-    A worker whose connection broke opens a new connection and a new monitor; the doubt
-    must outlive both, so it lives here, once per process. Thread-safe. A doubt is
-    dropped when the worker's next claim resolves it, or unasked once its last lease has
-    expired; while none is pending a claim only finds this empty (no query).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._doubts: dict[tuple[str, str], lease_protocol.Doubt] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self._doubts)
-
-    def add(self, where: str, worker_id: str, doubt: lease_protocol.Doubt) -> None:
-        """Keep ``doubt`` (with any the worker already has: their tokens together)."""
-        with self._lock:
-            held = self._doubts.get((where, worker_id))
-            if held is not None:
-                doubt = lease_protocol.Doubt(
-                    held.tokens | doubt.tokens, max(held.expires_at, doubt.expires_at),
-                    doubt.holder,
-                )
-            self._doubts[(where, worker_id)] = doubt
-
-    def take(self, where: str, worker_id: str, now: float) -> lease_protocol.Doubt | None:
-        """The worker's doubt, removed (the caller resolves it or adds it back); ``None``
-        when there is none, or it is spent at ``now``."""
-        with self._lock:
-            doubt = self._doubts.pop((where, worker_id), None)
-        if doubt is None or lease_protocol.doubt_is_spent(doubt, now):
-            return None
-        return doubt
-
-
-#: This process's lease doubts (see :class:`LeaseDoubts`).
-LEASE_DOUBTS = LeaseDoubts()
 
 
 class DurableTerminalProcessingMonitor:
@@ -217,6 +173,12 @@ class DurableTerminalProcessingMonitor:
         )
         with public_errors():
             self.store = _open_store(connection, capabilities)
+        # The worker's steps run run_once and run_many: the reader is their handler.
+        self._work: LeaseWork[MonitorRecord, MonitorInputs] = LeaseWork(
+            MONITOR, attrs.evolve(monitor_handling(self.policy), finish=self._finish_poll),
+            fire_again=self._fire_stored, read_again=self._leased_record,
+            refusals=(*REFUSALS, LeaseLost, StateInvalid),
+        )
 
     # -- the database under the monitor ---------------------------------------------
 
@@ -357,98 +319,21 @@ class DurableTerminalProcessingMonitor:
         return None if record is None else MonitorRow(record)
 
     def _claim(self, worker_id: Any, now: Any, lease_seconds: Any) -> MonitorRecord | None:
-        worker_id = plain_value(worker_id)  # the str it holds is the one stored as lease_owner
+        worker, moment, seconds = self._lease_arguments(worker_id, now, lease_seconds)
+        with public_errors(self.store):  # its transaction checks the schema first
+            claimed = self._work.claim(self.store, worker, moment, seconds)
+        return claimed[0].record if claimed else None
+
+    def _lease_arguments(self, worker_id: Any, now: Any, lease_seconds: Any
+                         ) -> tuple[str, float, float]:
+        """The worker id (the str it holds is the one stored as lease_owner), the time and
+        the lease length, each refused with its code, as the reference checks them."""
+        worker = plain_value(worker_id)
         with self._schema_first():
-            _checked(worker_id_rule, worker_id)
+            _checked(worker_id_rule, worker)
             moment = _time(now)
             seconds = _seconds(lease_seconds, lease_duration)
-        if LEASE_DOUBTS:  # the common path asks nothing more
-            resumed = self._resumed(worker_id, moment, 1)
-            if resumed:
-                return resumed[0]
-        token = new_lease_token()
-        inputs = MonitorInputs(
-            now=moment, policy=self.policy, worker_id=worker_id,
-            lease_token=token, lease_seconds=seconds,
-        )
-        try:
-            with public_errors(self.store):
-                return self.store.claim(inputs)  # its transaction checks the schema first
-        except DatabaseUnreachable as error:
-            if error.outcome_unknown:  # it may have leased a record under this token
-                self._keep_doubt(worker_id, [token], moment + seconds)
-            raise
-
-    def _claim_many(
-        self, worker_id: Any, now: float, lease_seconds: Any, limit: int
-    ) -> list[MonitorRecord]:
-        worker_id = plain_value(worker_id)
-        with self._schema_first():
-            _checked(worker_id_rule, worker_id)
-            seconds = _seconds(lease_seconds, lease_duration)
-        resumed = self._resumed(worker_id, now, limit) if LEASE_DOUBTS else []
-        if len(resumed) == limit:
-            return resumed
-        tokens: list[str] = []
-
-        def inputs_for(_: int) -> MonitorInputs:  # each lease its own token
-            tokens.append(new_lease_token())
-            return MonitorInputs(
-                now=now, policy=self.policy, worker_id=worker_id,
-                lease_token=tokens[-1], lease_seconds=seconds,
-            )
-
-        try:
-            with public_errors(self.store):
-                return [*resumed, *self.store.claim_many(inputs_for, limit - len(resumed))]
-        except DatabaseUnreachable as error:
-            if error.outcome_unknown:  # it may have leased records under these tokens
-                self._keep_doubt(worker_id, tokens, now + seconds)
-            self._keep_doubts_of(resumed)  # taken up again, not yet done
-            raise
-
-    # -- doubts: leases a failed write may have left to this worker ------------------
-
-    def _resumed(self, worker_id: str, now: float, limit: int) -> list[MonitorRecord]:
-        """The leases this worker still holds from a write that failed unconfirmed, up to
-        ``limit``: its claim takes them up again (called only while some doubt is
-        pending in the process; otherwise a claim asks nothing more)."""
-        where = self.store.location
-        doubt = LEASE_DOUBTS.take(where, worker_id, now)
-        if doubt is None:
-            return []
-        try:
-            with public_errors(self.store):
-                self.store.check_schema()
-                found = self.store.leased_under(doubt.tokens, now)
-        except BaseException:
-            LEASE_DOUBTS.add(where, worker_id, doubt)  # still unresolved: asked next time
-            raise
-        resumed = lease_protocol.resume(MONITOR, doubt, found, now, limit)
-        if resumed.left is not None:
-            LEASE_DOUBTS.add(where, worker_id, resumed.left)
-        return resumed.taken
-
-    def _keep_doubt(self, worker_id: str, tokens: list[str], expires_at: float) -> None:
-        """Leases under ``tokens`` that a failed write may have left to this worker, until
-        ``expires_at`` at the latest: its next claim looks for them."""
-        if tokens:
-            LEASE_DOUBTS.add(self.store.location, worker_id, lease_protocol.Doubt(
-                frozenset(tokens), expires_at, (("lease_owner", worker_id),)))
-
-    def _keep_doubts_of(self, claimed: list[MonitorRecord]) -> None:
-        """The leases of ``claimed``, whose completion failed with ``database_unreachable``:
-        not committed, they are still held; committed unseen, the doubt resolves to
-        nothing. Either way the worker's next claim looks."""
-        leases: dict[str, list[tuple[str, float]]] = {}
-        for r in claimed:  # leased records: owner, token and expiry are set (an invariant)
-            if r.lease_owner is not None and r.lease_token is not None and (
-                r.lease_expires_at is not None
-            ):
-                leases.setdefault(r.lease_owner, []).append((r.lease_token, r.lease_expires_at))
-        for worker_id, held in leases.items():
-            self._keep_doubt(worker_id, [token for token, _ in held],
-                             max(expiry for _, expiry in held))
+        return worker, moment, seconds
 
     def run_once(
         self,
@@ -460,17 +345,16 @@ class DurableTerminalProcessingMonitor:
     ) -> TerminalProcessingOutcome | None:
         _checked(reader_rule, reader)
         moment = _time(now)
-        claimed = self._claim(worker_id, moment, lease_seconds)
-        if claimed is None:
+        worker, moment, seconds = self._lease_arguments(worker_id, moment, lease_seconds)
+        with public_errors(self.store):
+            outcome = self._work.run_once(self.store, self._reading(reader), worker, moment,
+                                          seconds)
+        if outcome is None:
             return None
-        step = self._poll(reader, claimed, moment)
-        if isinstance(step, TerminalProcessingMonitorBlocked):
-            raise step  # the monitor's own refusal, met inside the reader
-        try:
-            return outcome_of(self._finish(claimed, step))
-        except DatabaseUnreachable:
-            self._keep_doubts_of([claimed])
-            raise
+        if outcome.refusal is not None:
+            raise self._public(outcome.refusal)
+        assert outcome.record is not None
+        return outcome_of(outcome.record)
 
     def run_many(
         self,
@@ -496,97 +380,44 @@ class DurableTerminalProcessingMonitor:
         _checked(reader_rule, reader)
         moment = _time(now)
         count = _checked(batch_limit, limit)
-        claimed = self._claim_many(worker_id, moment, lease_seconds, count)
-        steps = [self._poll(reader, record, moment) for record in claimed]
-        results: list[TerminalProcessingOutcome | TerminalProcessingMonitorBlocked | None]
-        results = [step if isinstance(step, TerminalProcessingMonitorBlocked) else None
-                   for step in steps]
-        try:
-            self._complete_batch(claimed, steps, results)
-        except DatabaseUnreachable:
-            self._keep_doubts_of(claimed)
-            raise
-        finished = [result for result in results if result is not None]
-        assert len(finished) == len(claimed)  # each item: its outcome or its refusal
-        return finished
-
-    def _complete_batch(
-        self, claimed: list[MonitorRecord],
-        steps: list[Step[MonitorInputs] | TerminalProcessingMonitorBlocked],
-        results: list[TerminalProcessingOutcome | TerminalProcessingMonitorBlocked | None],
-    ) -> None:
-        """``run_many``'s completions, in one transaction, each into its place in
-        ``results`` (a step that is already a refusal is left as it is)."""
-        with public_errors(self.store), self.store.transaction():
-            # Each completion decided first, then all written together; an item whose
-            # write finds its record changed (or whose step the table refuses on the
-            # record as claimed) is decided again alone, on the record as stored.
-            planned: list[tuple[int, Step[MonitorInputs], lease_protocol.Grant]] = []
-            alone: list[tuple[int, Step[MonitorInputs]]] = []
-            for at, (record, step) in enumerate(zip(claimed, steps, strict=True)):
-                if isinstance(step, TerminalProcessingMonitorBlocked):
-                    continue
-                try:
-                    with public_errors(self.store):
-                        grant = lease_protocol.planned_completion(MONITOR, record, step.fire)
-                except (LeaseLost, StateInvalid) as refusal:  # this item's alone
-                    results[at] = refusal
-                    continue
-                if grant is None:
-                    alone.append((at, step))
-                else:
-                    planned.append((at, step, grant))
-            written = self.store.put_many([(g.before, g.after, g.row) for _, _, g in planned])
-            for (at, step, grant), done in zip(planned, written, strict=True):
-                if done:
-                    results[at] = outcome_of(grant.after)
-                else:
-                    alone.append((at, step))
-            for at, step in sorted(alone, key=lambda item: item[0]):
-                try:
-                    results[at] = outcome_of(self._finish(claimed[at], step))
-                except (LeaseLost, StateInvalid) as refusal:
-                    results[at] = refusal
-
-    def _poll(
-        self, reader: Callable[[str, str], Any], claimed: MonitorRecord, now: float
-    ) -> Step[MonitorInputs] | TerminalProcessingMonitorBlocked:
-        """Call the reader for one leased item, outside any transaction: the step that
-        finishes its poll, or the monitor's own refusal met inside the reader (which is
-        not the reader's failure and records nothing)."""
-        lease = MonitorInputs(
-            now=now, policy=self.policy, worker_id=claimed.lease_owner,
-            lease_token=claimed.lease_token,
-        )
-        try:
-            response = reader(claimed.event_id, claimed.site_id)
-            # Reading runs the answer's own Mapping code: its failures count as the reader's.
-            read = read_answer(response, claimed, self.expected_capabilities_sha256)
-            return poll_step(lease, read)
-        except TerminalProcessingMonitorBlocked as refusal:
-            return refusal
-        except Exception as error:  # the reader is foreign code: any failure is recorded
-            return poll_step(lease, error)
-
-    def _finish(self, claimed: MonitorRecord, step: Step[MonitorInputs]) -> MonitorRecord:
-        """Fire the poll's step (:func:`poll_step`, the machine's rule) through the store,
-        by the lease protocol's :func:`~lifecycles.machines.lease.complete`.
-
-        First on the record as claimed: outside any transaction the store writes it with
-        one statement that matches the whole record as claimed and the schema as
-        verified (inside a batch's transaction, one statement of it), so it succeeds
-        only if nothing changed since the claim. Otherwise a transaction (the batch's,
-        or one of its own) decides as the reference does: its schema check first
-        (nothing is written into a database altered while the reader ran), then the
-        strict re-read of the leased record under the write lock (a row lost to another
-        worker is ``claim_lost``, a row broken meanwhile ``state_invalid``), then one
-        compare-and-set write.
-        """
+        worker, moment, seconds = self._lease_arguments(worker_id, moment, lease_seconds)
         with public_errors(self.store):
-            return lease_protocol.complete(
-                self.store, MONITOR, claimed, step.fire,
-                fire_again=self._fire_stored, read_again=self._leased_record,
-            )
+            outcomes = self._work.run_batch(self.store, self._reading(reader), worker, moment,
+                                            seconds, count)
+        return [self._public(outcome.refusal) if outcome.refusal is not None
+                else outcome_of(outcome.record) for outcome in outcomes]  # type: ignore[arg-type]
+
+    def _reading(self, reader: Callable[[str, str], Any]) -> Callable[[MonitorRecord, Any], Any]:
+        """The worker's handler: the reader called for one leased item, outside any
+        transaction, and its answer read (:func:`read_answer`, which runs the answer's own
+        Mapping code: its failures count as the reader's)."""
+        capabilities = self.expected_capabilities_sha256
+
+        def read(record: MonitorRecord, lease: Any) -> Any:
+            return read_answer(reader(record.event_id, record.site_id), record, capabilities)
+
+        return read
+
+    def _finish_poll(self, held: MonitorRecord, inputs: MonitorInputs, result: Result,
+                     ) -> Step[MonitorInputs] | Leave:
+        """:func:`finish_poll`, except that the monitor's own refusal met inside the reader
+        is not the reader's failure: it records nothing and is raised (``run_once``) or
+        returned in the item's place (``run_many``)."""
+        if isinstance(result, Raised) and isinstance(result.error,
+                                                      TerminalProcessingMonitorBlocked):
+            return Leave(result.error)
+        return finish_poll(held, inputs, result)
+
+    def _public(self, refusal: BaseException) -> TerminalProcessingMonitorBlocked:
+        """A worker's refusal as the facade's public error (its code, as ever)."""
+        if isinstance(refusal, TerminalProcessingMonitorBlocked):
+            return refusal
+        try:
+            with public_errors(self.store):
+                raise refusal
+        except TerminalProcessingMonitorBlocked as public:
+            return public
+        raise AssertionError("unreachable: public_errors maps every refusal")  # pragma: no cover
 
     def _fire_stored(
         self, trigger: str, record: MonitorRecord, inputs: MonitorInputs
@@ -636,9 +467,9 @@ class DurableTerminalProcessingMonitor:
 
 
 __all__ = [
-    "LEASE_DOUBTS", "NOTIFICATION_FIELDS", "NOTIFICATION_SCHEMA", "REMOTE_STATUSES",
+    "NOTIFICATION_FIELDS", "NOTIFICATION_SCHEMA", "REMOTE_STATUSES",
     "RULE_CODES", "SCHEMA_VERSION", "STATUSES", "STATUS_SCHEMA", "TERMINAL_STATUSES",
-    "DatabaseUnreachable", "DurableTerminalProcessingMonitor", "InputInvalid", "LeaseDoubts",
+    "DatabaseUnreachable", "DurableTerminalProcessingMonitor", "InputInvalid",
     "LeaseLost", "MonitorRow", "StateInvalid", "StorageBlocked",
     "TerminalProcessingHealth", "TerminalProcessingMonitorBlocked",
     "TerminalProcessingOutcome", "TerminalProcessingStatus", "blocked", "canonical_sha256",

@@ -45,7 +45,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import Any, Generic, TypeVar
@@ -191,6 +191,49 @@ class WorkOutcome(Generic[R]):
 Hook = Callable[..., Any]
 
 
+class LeaseDoubts:
+    """The leases this process's workers may hold after a write that failed unconfirmed
+    (:class:`~lifecycles.machines.lease.Doubt`), by the store's location and worker id.
+
+    A worker whose connection broke opens a new connection and a new store (and a
+    facade, a new monitor); the doubt must outlive both, so it lives here, once per
+    process. Thread-safe. A doubt is
+    dropped when the worker's next claim resolves it, or unasked once its last lease has
+    expired; while none is pending a claim only finds this empty (no query).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._doubts: dict[tuple[str, str], lease_protocol.Doubt] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._doubts)
+
+    def add(self, where: str, worker_id: str, doubt: lease_protocol.Doubt) -> None:
+        """Keep ``doubt`` (with any the worker already has: their tokens together)."""
+        with self._lock:
+            held = self._doubts.get((where, worker_id))
+            if held is not None:
+                doubt = lease_protocol.Doubt(
+                    held.tokens | doubt.tokens, max(held.expires_at, doubt.expires_at),
+                    doubt.holder,
+                )
+            self._doubts[(where, worker_id)] = doubt
+
+    def take(self, where: str, worker_id: str, now: float) -> lease_protocol.Doubt | None:
+        """The worker's doubt, removed (the caller resolves it or adds it back); ``None``
+        when there is none, or it is spent at ``now``."""
+        with self._lock:
+            doubt = self._doubts.pop((where, worker_id), None)
+        if doubt is None or lease_protocol.doubt_is_spent(doubt, now):
+            return None
+        return doubt
+
+
+#: This process's lease doubts (see :class:`LeaseDoubts`).
+LEASE_DOUBTS = LeaseDoubts()
+
+
 class LeaseWork(Generic[R, I]):
     """The worker's three steps over one store, without a loop of its own: what
     :class:`Worker` runs, and what the shipped facades (``run_once``, ``run_many``) run.
@@ -233,22 +276,128 @@ class LeaseWork(Generic[R, I]):
     def claim(self, store: Store[R], worker_id: str, now: float, lease_seconds: float,
               limit: int = 1) -> list[Claimed[R, I]]:
         """Lease up to ``limit`` due records (one: :meth:`Store.claim`, its fast paths; more:
-        :meth:`Store.claim_many`, one transaction), each under a fresh token."""
-        if limit == 1:
-            inputs = self.inputs(now, worker_id, new_lease_token(), lease_seconds)
-            record = store.claim(inputs)
-            return [] if record is None else [self.held(record, inputs, worker_id, lease_seconds)]
+        :meth:`Store.claim_many`, one transaction), each under a fresh token.
+
+        Leases that an earlier write of this worker may have left to it (its commit's
+        answer was lost, :data:`LEASE_DOUBTS`) are taken up first, as this claim's result;
+        while none is pending in the process, that costs nothing. A claim whose own
+        commit is uncertain is remembered the same way, for the next claim."""
+        resumed = self._resumed(store, worker_id, now, limit) if LEASE_DOUBTS else []
+        if len(resumed) == limit:
+            return [self.held(record, self.inputs(now, worker_id, getattr(
+                record, self.lease.token_field), lease_seconds), worker_id, lease_seconds)
+                for record in resumed]
         minted: list[I] = []
+        tokens: list[str] = []
 
         def inputs_for(_: int) -> I:
-            minted.append(self.inputs(now, worker_id, new_lease_token(), lease_seconds))
+            tokens.append(new_lease_token())
+            minted.append(self.inputs(now, worker_id, tokens[-1], lease_seconds))
             return minted[-1]
 
+        try:
+            if limit - len(resumed) == 1:
+                record = store.claim(inputs_for(0))
+                records = [] if record is None else [record]
+            else:
+                records = store.claim_many(inputs_for, limit - len(resumed))
+        except StoreUnavailable as error:
+            if error.outcome_unknown:  # it may have leased records under these tokens
+                self.keep_doubt(store, worker_id, tokens, now + lease_seconds)
+            self.keep_doubts_of(store, resumed)  # taken up again, not yet finished
+            raise
         # The n-th lease granted was granted with the n-th inputs minted (a candidate
         # passed over mints none; one more is minted after the last grant).
-        records = store.claim_many(inputs_for, limit)
-        return [self.held(record, inputs, worker_id, lease_seconds)
-                for record, inputs in zip(records, minted, strict=False)]
+        return [
+            *(self.held(record, self.inputs(now, worker_id, getattr(
+                record, self.lease.token_field), lease_seconds), worker_id, lease_seconds)
+              for record in resumed),
+            *(self.held(record, inputs, worker_id, lease_seconds)
+              for record, inputs in zip(records, minted, strict=False)),
+        ]
+
+    # -- doubts: leases a write whose answer was lost may have left to a worker --------
+
+    def _resumed(self, store: Store[R], worker_id: str, now: float, limit: int) -> list[R]:
+        """The leases this worker still holds from a write that failed unconfirmed, up to
+        ``limit`` (:func:`~lifecycles.machines.lease.resume`)."""
+        where = store.location
+        doubt = LEASE_DOUBTS.take(where, worker_id, now)
+        if doubt is None:
+            return []
+        try:
+            store.check_schema()
+            found = store.leased_under(doubt.tokens, now)
+        except BaseException:
+            LEASE_DOUBTS.add(where, worker_id, doubt)  # still unresolved: asked next time
+            raise
+        resumed = lease_protocol.resume(self.lifecycle, doubt, found, now, limit)
+        if resumed.left is not None:
+            LEASE_DOUBTS.add(where, worker_id, resumed.left)
+        return resumed.taken
+
+    def keep_doubt(self, store: Store[R], worker_id: str, tokens: Collection[str],
+                   expires_at: float) -> None:
+        """Leases under ``tokens`` that a failed write may have left to ``worker_id``, until
+        ``expires_at`` at the latest: its next claim on this store looks for them."""
+        if tokens:
+            holder = ((self.handling.holder, worker_id),) if self.handling.holder else ()
+            LEASE_DOUBTS.add(store.location, worker_id, lease_protocol.Doubt(
+                frozenset(tokens), expires_at, holder))
+
+    def keep_doubts_of(self, store: Store[R], claimed: Sequence[R]) -> None:
+        """The leases of ``claimed`` (records this worker leased), whose finishing write
+        failed unconfirmed or not at all: still held either way, unless it committed
+        unseen (then the doubt resolves to nothing)."""
+        by_worker: dict[str, list[tuple[str, float]]] = {}
+        holder = self.handling.holder
+        for record in claimed:
+            token = getattr(record, self.lease.token_field)
+            expiry = getattr(record, self.lease.expires_field)
+            worker = getattr(record, holder) if holder else ""
+            if token is not None and expiry is not None:
+                by_worker.setdefault(worker, []).append((token, expiry))
+        for worker, held in by_worker.items():
+            self.keep_doubt(store, worker, [token for token, _ in held],
+                            max(expiry for _, expiry in held))
+
+    # -- one pass, the handler called in this thread (the facades') -----------------
+
+    def run_once(self, store: Store[R], handler: Callable[[R, HeldLease], Any],
+                 worker_id: str, now: float, lease_seconds: float,
+                 finish_at: Callable[[], float] | None = None) -> WorkOutcome[R] | None:
+        """Claim one due record, call ``handler`` on it here, finish its lease (at
+        ``finish_at()``, default ``now``); ``None`` when nothing is due."""
+        claimed = self.claim(store, worker_id, now, lease_seconds)
+        if not claimed:
+            return None
+        (item,) = claimed
+        self.renewing_here(store, item, finish_at or (lambda: now))
+        started = time.perf_counter()
+        result = self.call(handler, item)
+        return self.finish(store, item, result, finish_at() if finish_at else now,
+                           time.perf_counter() - started)
+
+    def run_batch(self, store: Store[R], handler: Callable[[R, HeldLease], Any],
+                  worker_id: str, now: float, lease_seconds: float, limit: int,
+                  finish_at: Callable[[], float] | None = None) -> list[WorkOutcome[R]]:
+        """Claim up to ``limit`` due records in one transaction, call ``handler`` on each
+        here, finish them in one transaction; one outcome per record, in claim order."""
+        claimed = self.claim(store, worker_id, now, lease_seconds, limit)
+        finished = []
+        for item in claimed:
+            self.renewing_here(store, item, finish_at or (lambda: now))
+            started = time.perf_counter()
+            finished.append((item, self.call(handler, item), time.perf_counter() - started))
+        if not finished:
+            return []
+        return self.finish_many(store, finished, finish_at() if finish_at else now)
+
+    def renewing_here(self, store: Store[R], claimed: Claimed[R, I],
+                      clock: Callable[[], float]) -> None:
+        """Let the handler's :meth:`HeldLease.renew` renew on ``store`` from this thread."""
+        if self.handling.renewal is not None:
+            claimed.lease._renew = lambda: self.renew_or_lose(store, claimed, clock())
 
     # -- call -----------------------------------------------------------------------
 
@@ -284,6 +433,9 @@ class LeaseWork(Generic[R, I]):
                 fire_again=self.fire_again, read_again=self.read_again)
         except self.refusals as refusal:
             return self._outcome(claimed, result, step, None, refusal, handler_seconds)
+        except StoreUnavailable:
+            self.keep_doubts_of(store, [claimed.record])  # the lease may still be held
+            raise
         return self._outcome(claimed, result, step, written, None, handler_seconds)
 
     def finish_many(
@@ -294,6 +446,16 @@ class LeaseWork(Generic[R, I]):
         (``put_many``); a record whose write finds it changed, or whose step the table
         refuses on the record as claimed, is decided again alone on the record as stored,
         in the same transaction. One outcome per record, in order; durable on return."""
+        try:
+            return self._finish_many(store, finished, now)
+        except StoreUnavailable:
+            self.keep_doubts_of(store, [claimed.record for claimed, _, _ in finished])
+            raise
+
+    def _finish_many(
+        self, store: Store[R], finished: Sequence[tuple[Claimed[R, I], Result, float]],
+        now: float,
+    ) -> list[WorkOutcome[R]]:
         outcomes: list[WorkOutcome[R] | None] = [None] * len(finished)
         planned: list[tuple[int, Step[I], lease_protocol.Grant]] = []
         alone: list[tuple[int, Step[I]]] = []

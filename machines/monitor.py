@@ -48,7 +48,7 @@ from lifecycles.invariants.monitor_messages import (
     answer_rules_broken,
 )
 from lifecycles.machines.core import Changes, Lease, Lifecycle, effect, evolver, guard
-from lifecycles.machines.work import Step
+from lifecycles.machines.work import Handling, Result, Returned, Step
 
 CODE = "terminal_processing_monitor."
 
@@ -282,6 +282,26 @@ def poll_step(
         return Step("fail_attempt", rejected)
     return Step(trigger_for_answer(read), _inputs_with(lease, {"answer": read}),
                 Step("fail_attempt", rejected))
+
+
+def finish_poll(
+    held: MonitorRecord, inputs: MonitorInputs, result: Result
+) -> Step[MonitorInputs]:
+    """What a worker's read of the receiver fires: :func:`poll_step` of what the reader
+    gave, the answer read from its response (:func:`read_answer`) or what it raised."""
+    return poll_step(inputs, result.value if isinstance(result, Returned) else result.error)
+
+
+def monitor_handling(policy: RetryPolicy) -> Handling[MonitorRecord, MonitorInputs]:
+    """How a worker runs the monitor's records under ``policy``: its leases' inputs carry
+    the policy, and a read ends as :func:`finish_poll` says. No renewal row: a poll that
+    outlives its lease is rescued, as in the reference."""
+    def inputs(now: float, worker_id: str, token: str, seconds: float) -> MonitorInputs:
+        return MonitorInputs(now=now, policy=policy, worker_id=worker_id, lease_token=token,
+                             lease_seconds=seconds)
+
+    return Handling(inputs=inputs, finish=finish_poll, holder="lease_owner",
+                    attempt=lambda record: record.poll_attempts + 1)
 
 
 def complete_with_answer(
@@ -529,6 +549,7 @@ MONITOR: Lifecycle[MonitorRecord, MonitorInputs] = Lifecycle(
         order_by=("created_at", "event_id"),
         expiry_trigger="expire_lease",
     ),
+    handling=monitor_handling(RetryPolicy()),
     status_meanings={
         "pending": "Registered; due for its first poll.",
         "leased": "A worker holds the lease and is reading the receiver's status.",
@@ -538,7 +559,7 @@ MONITOR: Lifecycle[MonitorRecord, MonitorInputs] = Lifecycle(
         "failed": "The receiver reported failure, or failures ran out. Final.",
     },
     beside_the_table=[
-        poll_step, complete_with_answer, read_answer, parse_answer, trigger_for_answer,
+        poll_step, finish_poll, complete_with_answer, read_answer, parse_answer, trigger_for_answer,
         reader_error_code, retry_delay, lease_expired, plain_value, new_record,
         *(rule.holds for rule in (*ANSWER_SHAPE, *ANSWER_RULES)),
     ],
@@ -547,7 +568,8 @@ MONITOR: Lifecycle[MonitorRecord, MonitorInputs] = Lifecycle(
 __all__ = [
     "MONITOR", "RESPONSE_INVALID", "STATE_INVALID", "STATUS_SCHEMA", "TABLE", "AnswerRefused",
     "MonitorInputs", "MonitorRecord", "MonitorStatus", "ReceiverAnswer",
-    "ReceiverStatus", "RetryPolicy", "complete_with_answer", "lease_expired", "new_record",
+    "ReceiverStatus", "RetryPolicy", "complete_with_answer", "finish_poll", "lease_expired",
+    "monitor_handling", "new_record",
     "parse_answer", "poll_step", "read_answer", "reader_error_code", "retry_delay", "token",
     "trigger_for_answer",
 ]

@@ -134,6 +134,8 @@ class Handling(Generic[R, I]):
     ``attempt(record)`` numbers the attempt a claim starts (shown to the handler: 1 for a
     first try); ``None`` when the lifecycle keeps no count. ``renew_at`` is the fraction
     of the lease after which a running handler's lease is renewed (``renewal`` rows only).
+    ``holder`` names the record field that holds the lease's worker id, where there is
+    one: a worker resuming leases after an unconfirmed write checks it besides the token.
     """
 
     inputs: Callable[[float, str, str, float], I]
@@ -141,6 +143,7 @@ class Handling(Generic[R, I]):
     renewal: str | None = None
     renew_at: float = attrs.field(default=0.5)
     attempt: Callable[[R], int] | None = None
+    holder: str | None = None
 
     @renew_at.validator
     def _fraction(self, _: object, value: float) -> None:

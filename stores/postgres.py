@@ -357,14 +357,20 @@ class PostgresStore(SQLStore[R]):
         # caller's transaction holds more work, a savepoint keeps that work usable.
         return self.connection.transaction() if self._depth > 1 else nullcontext()
 
-    def ensure_notifications(self) -> None:
+    _channel: str | None = None
+
+    def _ensure_notifications(self) -> None:
         if self.lifecycle.lease is not None:
-            postgres_notify.ensure_notify_trigger(self)
+            self._channel = postgres_notify.ensure_notify_trigger(self)
 
     def listen(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake()`` whenever a record is written into a claimable status, by any
-        writer (:mod:`lifecycles.stores.postgres_notify`); returns ``stop()``."""
-        return postgres_notify.listen(self, wake)
+        writer (:mod:`lifecycles.stores.postgres_notify`), from a connection of its own;
+        returns ``stop()``. A store whose role may not create the trigger only polls:
+        ``stop`` is then all there is."""
+        if self._channel is None:
+            return lambda: None
+        return postgres_notify.listen(self.connection, self._channel, wake)
 
     _where: tuple[Any, ...] = ()
 

@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from lifecycles.stores.base import StoreError
+
 if TYPE_CHECKING:
     from lifecycles.stores.postgres import PostgresStore
 
@@ -45,23 +47,24 @@ def channel_of(schema: str, table: str) -> str:
     return "lc_" + hashlib.sha256(f"{schema}.{table}".encode()).hexdigest()[:24]
 
 
-def ensure_notify_trigger(store: PostgresStore[Any]) -> bool:
-    """Create the table's notify triggers if missing; whether they exist now. Runs inside
-    the store's opening transaction, after its advisory lock."""
+def ensure_notify_trigger(store: PostgresStore[Any]) -> str | None:
+    """Create the table's notify triggers if missing; the channel they notify on, or
+    ``None`` when there are none (the role may not create them). Runs inside the store's
+    opening transaction, after its advisory lock."""
     lifecycle = store.lifecycle
     if lifecycle.lease is None:
-        return False
+        return None
     table = store.schema.table
     ((schema,),) = store.run("SELECT current_schema()")
+    channel = channel_of(str(schema), table)
     exists = store.run(
         "SELECT count(*) FROM pg_trigger WHERE tgrelid = quote_ident(%s)::regclass"
         " AND tgname IN ('lc_notify_insert', 'lc_notify_update')", (table,))
     if exists[0][0] == 2:
-        return True
+        return channel
     claimable = store.dialect.claimable_clause(lifecycle).replace(
         store.dialect.quote(lifecycle.status_field),
         "NEW." + store.dialect.quote(lifecycle.status_field))
-    channel = channel_of(str(schema), table)
     quoted = store.dialect.quote(table)
     try:
         with store.connection.transaction():  # a savepoint: a refusal leaves the rest
@@ -75,16 +78,18 @@ def ensure_notify_trigger(store: PostgresStore[Any]) -> bool:
                     f"CREATE OR REPLACE TRIGGER {name} AFTER {event} ON {quoted}"
                     f" FOR EACH ROW WHEN ({claimable})"
                     f" EXECUTE FUNCTION {FUNCTION}({store.dialect.literal(channel)})")
-    except psycopg.errors.InsufficientPrivilege:
-        return False  # polling only: the worker's backoff still finds the work
-    return True
+    except StoreError as error:  # the store's run() says what the driver's error meant
+        if not isinstance(error.__cause__, psycopg.errors.InsufficientPrivilege):
+            raise
+        return None  # polling only: the worker's backoff still finds the work
+    return channel
 
 
-def listen(store: PostgresStore[Any], wake: Callable[[], None]) -> Callable[[], None]:
-    """Call ``wake()`` whenever the store's table notifies; returns ``stop()``."""
-    ((schema,),) = store.run("SELECT current_schema()")
-    channel = channel_of(str(schema), store.schema.table)
-    info = store.connection.info
+def listen(connection: psycopg.Connection[Any], channel: str,
+           wake: Callable[[], None]) -> Callable[[], None]:
+    """Call ``wake()`` whenever ``channel`` is notified, listening on a connection of its
+    own to the server ``connection`` reaches; returns ``stop()``."""
+    info = connection.info
     conninfo = psycopg.conninfo.make_conninfo(info.dsn, password=info.password or None)
     stopping = threading.Event()
 

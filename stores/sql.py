@@ -162,7 +162,7 @@ class SQLStore(Store[R], ABC):
             self._location = self.locate()
             self.schema.ensure(self)
             self.ensure_rules_indexes()
-            self.ensure_notifications()
+            self._ensure_notifications()
             probed = self.run(*self._probe_statement)
             self._remember_probe(self.dialect.read_probe(self.schema, probed))
         self._verified = True
@@ -248,7 +248,7 @@ class SQLStore(Store[R], ABC):
     def ensure_rules_indexes(self) -> None:
         """Create the rules indexes where the dialect keeps them (see the subclasses)."""
 
-    def ensure_notifications(self) -> None:
+    def _ensure_notifications(self) -> None:
         """Create what tells listening workers that work arrived, where the dialect can
         (PostgreSQL's notify triggers, :mod:`lifecycles.stores.postgres_notify`)."""
 

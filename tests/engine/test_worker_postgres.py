@@ -102,3 +102,36 @@ def test_the_trigger_notifies_claimable_writes_only(
     ((triggers,),) = again.run(
         "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'lc_notify_%'")
     assert triggers == 2
+
+
+def test_a_role_that_may_not_create_the_trigger_still_works_by_polling() -> None:
+    """A worker's role that owns the table but not the trigger's function (made by
+    another role) cannot make the trigger: it polls instead, and works."""
+    import secrets
+
+    import psycopg
+
+    dsn = require_postgres()
+    role = f"lc_{secrets.token_hex(4)}"
+    with temporary_schema() as schema, psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        try:
+            owner = connect_in(schema)
+            PostgresStore(TASKS, owner)  # the table, its trigger and its function
+            owner.execute("DROP TRIGGER lc_notify_insert ON lifecycle_tasks")
+            owner.execute(f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}")
+            owner.execute(f"ALTER TABLE lifecycle_tasks OWNER TO {role}")
+            owner.close()
+            worker_connection = connect_in(schema, user=role)
+            store = PostgresStore(TASKS, worker_connection)  # no error: polling only
+            assert store.run("SELECT count(*) FROM pg_trigger WHERE tgname = "
+                             "'lc_notify_insert'") == [(0,)]
+            stop = store.listen(lambda: None)
+            stop()
+            store.insert(new_task("task-1"))
+            done = Worker(TASKS, store, lambda task, lease: None, clock=lambda: 1.0).run_once()
+            assert done is not None and done.status == "succeeded"
+            worker_connection.close()
+        finally:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")

@@ -101,6 +101,7 @@ WITHOUT_STATEMENTS = frozenset({
     "admit", "values_of", "token_of", "leasing", "rule_queries", "nested",
     "statement_savepoint", "driver_error", "driver_errors", "autocommits",
     "raise_store_error", "unavailable", "commit_may_have_happened",
+    "listen",  # on a connection of its own (PostgreSQL)
 })
 
 
