@@ -38,6 +38,8 @@ from lifecycles.invariants.outbox import (
     describe,
     entry_id_for,
     error_is_text,
+    error_length_bound,
+    error_text_normalised,
     fail_carries_error,
     intent_digest,
     intent_within_payload_bound,
@@ -182,8 +184,10 @@ _MEANINGS: dict[type[CloseOutboxError], tuple[str, str, str]] = {
     InvalidCloseRequestError: (
         "A close intent breaks a rule (version, `run_id` or `transaction_id` syntax, "
         "action, result bounds, error, reopen, or the payload bound); `rules` names it.",
-        "`CloseRequest(...)`; `enqueue` (a request that is not a `CloseRequest`, or "
-        "whose private copy fails the same rules).",
+        "`CloseRequest(...)`; `enqueue`, `detached_copy` (a request that is not a "
+        "`CloseRequest`, or changed after it was built: its private copy fails the same "
+        "rules, or is not the request as given); `entry_id`, `intent_digest` (a changed "
+        "request they cannot encode).",
         "Nothing."),
     OutboxConflictError: (
         "The identity (`run_id`, `transaction_id`) already has a different close "
@@ -304,11 +308,22 @@ class CloseRequest:
 
     @property
     def entry_id(self) -> str:
+        # Checked again only for a request changed after it was built: no str() of a
+        # value that is not text (a list nested thousands deep cannot even be printed).
+        if not isinstance(self.run_id, str) or not isinstance(self.transaction_id, str):
+            _refuse(run_id_syntax, self.run_id)
+            _refuse(transaction_id_syntax, self.transaction_id)
         return entry_id_for(self.run_id, self.transaction_id)
 
     @property
     def intent_digest(self) -> str:
-        return intent_digest(self.intent())
+        try:
+            return intent_digest(self.intent())
+        except (TypeError, ValueError, RecursionError):  # changed after it was built
+            raise InvalidCloseRequestError(
+                describe(intent_within_payload_bound.name),
+                rules=(intent_within_payload_bound.name,),
+            ) from None
 
     def intent(self) -> dict[str, Any]:
         return {
@@ -323,7 +338,37 @@ class CloseRequest:
         }
 
     def detached_copy(self) -> CloseRequest:
-        return dataclasses.replace(self, result=json.loads(json.dumps(self.result)))
+        """A copy sharing no mutable value with this request (the constructor copies the
+        result as it checks it); a request changed after it was built is refused."""
+        return private_copy(self)
+
+
+def private_copy(request: CloseRequest) -> CloseRequest:
+    """A copy of ``request`` that passed every rule again, and that is exactly the
+    request as given: the constructor normalises ``error`` and copies ``result``, so a
+    request changed after it was built (``object.__setattr__``) could otherwise be
+    stored as something else than it says. Such a request is refused, naming the rule
+    its given value breaks, never normalised."""
+    copy = dataclasses.replace(request)  # a frozen dataclass: the constructor runs again
+    if _encoded(copy.result) != _encoded(request.result):
+        raise InvalidCloseRequestError(
+            describe("request_as_given", value="result"), rules=("request_as_given",)
+        )
+    if not isinstance(request.error, str) or not str.__eq__(copy.error, request.error):
+        for rule in (error_length_bound, error_text_normalised):
+            _refuse(rule, request.error)
+        raise InvalidCloseRequestError(  # a str subclass whose comparisons lie
+            describe("request_as_given", value="error"), rules=("request_as_given",)
+        )
+    return copy
+
+
+def _encoded(value: object) -> bytes | None:
+    """The canonical JSON of ``value``; ``None`` when it has none."""
+    try:
+        return canonical_json(value)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -434,7 +479,7 @@ class CloseOutbox:
             raise InvalidCloseRequestError("request must be a CloseRequest")
         # Validate again on a private copy: a frozen dataclass can still be forged with
         # object.__setattr__, and its result dict mutated after it was checked.
-        request = dataclasses.replace(request)
+        request = private_copy(request)
         entry_id = request.entry_id
         with _translated_store_errors(), self.store.locked():
             try:

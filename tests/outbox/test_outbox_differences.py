@@ -567,6 +567,66 @@ def test_a_stored_record_the_reference_decodes_differently_is_quarantined_with_a
     assert found == {ref: [theirs.format(name=name)], ours: [mine.format(name=name)]}
 
 
+# --- requests: values nested deep, and a request changed after it was built ---------------
+
+
+def deeply_nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_a_version_nested_thousands_deep_is_an_invalid_request() -> None:
+    """The reference's message for an unsupported version is ``repr`` of the value,
+    which recurses once per level: a list nested 3,000 deep raises ``RecursionError``
+    from its ``CloseRequest``. lifecycles refuses it as an ``InvalidCloseRequestError``
+    naming ``version_supported``, its message showing the value down to the JSON depth
+    bound (8 levels, then ``[...]``), as for any value nested deeper than that bound;
+    within it the message is the reference's (tests/outbox/test_outbox_request_values.py
+    tries every field, a changed request, and stored records)."""
+    fields = {"run_id": "r", "transaction_id": "t", "action": "complete", "result": {}}
+    with pytest.raises(RecursionError):
+        ref.CloseRequest(**fields, version=deeply_nested(3000))
+    with pytest.raises(ours.InvalidCloseRequestError) as refused:
+        ours.CloseRequest(**fields, version=deeply_nested(3000))
+    assert refused.value.rules == ("version_supported",)
+    assert str(refused.value) == "unsupported close request version " + "[" * 9 + "..." + (
+        "]" * 9)
+    shallow = deeply_nested(5)
+    messages = []
+    for module in (ref, ours):
+        with pytest.raises(module.InvalidCloseRequestError) as refused:
+            module.CloseRequest(**fields, version=shallow)
+        messages.append(str(refused.value))
+    assert messages[0] == messages[1] == f"unsupported close request version {shallow!r}"
+
+
+@pytest.mark.parametrize(("action", "forged"), [("complete", " "), ("fail", "a  b")])
+def test_a_request_whose_error_was_changed_after_it_was_built_is_refused(
+    tmp_path: Path, action: str, forged: str
+) -> None:
+    """The constructor normalises ``error``; an ``error`` changed afterwards
+    (``object.__setattr__``) to text it would have normalised: the reference writes it
+    as given (its own next read normalises it), lifecycles refuses the request with
+    ``error_text_normalised`` (the rule a stored file holding it breaks) and writes
+    nothing, rather than store another request than the one it was given."""
+    stored = {}
+    for module in (ref, ours):
+        built = module.CloseRequest(run_id="run-diff", transaction_id="tx-1", action=action,
+                                    result={}, error="refused" if action == "fail" else "")
+        object.__setattr__(built, "error", forged)
+        outbox = module.CloseOutbox(state_dir=tmp_path / module.__name__)
+        try:
+            outbox.enqueue(built)
+        except module.InvalidCloseRequestError as error:
+            stored[module] = (error.rules, os.listdir(outbox.pending_dir))
+        else:
+            (name,) = os.listdir(outbox.pending_dir)
+            stored[module] = json.loads((outbox.pending_dir / name).read_bytes())["error"]
+    assert stored == {ref: forged, ours: (("error_text_normalised",), [])}
+
+
 # --- the store's directories: changed or gone under an open outbox, and OS errors ---------
 
 
