@@ -13,7 +13,7 @@ still a directory at its name (one ``lstat`` each): a store opened before one be
 link or a file refuses it on every call, as a store opened afterwards does. Only the
 store's constructor creates directories; one that vanished under an open store is not
 created again. Every ``OSError`` met while taking or releasing the lock leaves as a
-store error (:func:`~lifecycles.stores.files.fs.os_errors_as_store_errors`).
+store error (:func:`~lifecycles.stores.files.fs.store_error_of`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from lifecycles.stores.files.fs import (
     kind_of,
     make_owned_private,
     open_directory,
-    os_errors_as_store_errors,
+    store_error_of,
     vanished,
     write_file,
 )
@@ -199,18 +199,31 @@ class StoreLock:
             finally:
                 handles.depth -= 1
             return
-        with os_errors_as_store_errors(self._where):
+        # try/except rather than os_errors_as_store_errors: this runs on every call.
+        try:
             handles = self._acquire(opening)
+        except StoreError:
+            raise
+        except OSError as error:
+            raise store_error_of(error, self._where) from error
         self._local.handles = handles
         try:
             if not opening:
-                with os_errors_as_store_errors(self._where):
+                try:
                     handles.check_layout(self._directories)
+                except StoreError:
+                    raise
+                except OSError as error:
+                    raise store_error_of(error, self._where) from error
             yield handles
         finally:
             self._local.handles = None
-            with os_errors_as_store_errors(self._where):
+            try:
                 self._release(handles)
+            except StoreError:
+                raise
+            except OSError as error:
+                raise store_error_of(error, self._where) from error
 
     @contextmanager
     def exclusive(self, section: str) -> Iterator[None]:
