@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import reprlib
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
@@ -383,7 +384,7 @@ STORED_FILE_RULES = (
 # --- the reference's messages, by rule -----------------------------------------
 
 RULE_MESSAGES: Mapping[str, str] = {
-    "version_supported": "unsupported close request version {value!r}",
+    "version_supported": "unsupported close request version {value}",  # value: shown()
     "run_id_syntax": "run_id must be a bounded, path-safe identifier",
     "transaction_id_syntax": "transaction_id must be a bounded, path-safe identifier",
     "action_known": "action must be 'complete' or 'fail'",
@@ -407,7 +408,44 @@ RULE_MESSAGES: Mapping[str, str] = {
     "record_single_link": "outbox record has another hard link (another name shares its file)",
     "record_is_object": "outbox record must be an object",
     "file_name_matches_key": "outbox record file name does not match its entry_id",
+    # lifecycles' own: a request changed (object.__setattr__) after it was built
+    "request_as_given": "close request field {value} differs from what its constructor "
+                        "keeps (changed after the request was built)",
 }
+
+_CONTAINERS = (list, tuple, dict, set, frozenset)
+
+
+def _nested_deeper_than(value: object, levels: int, path: frozenset[int] = frozenset()) -> bool:
+    """Whether ``repr(value)`` would descend more than ``levels`` containers deep (a
+    container already on the way down is printed as ``[...]``, as ``repr`` does)."""
+    if not isinstance(value, _CONTAINERS) or id(value) in path:
+        return False
+    if levels == 0:
+        return True
+    items: Any = (*value.keys(), *value.values()) if isinstance(value, dict) else value
+    below = path | {id(value)}
+    return any(_nested_deeper_than(item, levels - 1, below) for item in items)
+
+
+_DEPTH_BOUNDED = reprlib.Repr()
+_DEPTH_BOUNDED.maxlevel = MAX_JSON_DEPTH
+for _limit in ("maxdict", "maxlist", "maxtuple", "maxset", "maxfrozenset", "maxdeque",
+               "maxarray", "maxstring", "maxlong", "maxother"):
+    setattr(_DEPTH_BOUNDED, _limit, 1 << 62)  # only the depth is bounded
+
+
+def shown(value: object) -> str:
+    """``value`` as a message shows it: its ``repr``, as the reference writes it, except
+    that a value nested deeper than the JSON depth bound is shown down to that bound
+    (``[[...]]``), since ``repr`` recurses once per level and a few thousand levels raise
+    ``RecursionError``; and a value whose ``repr`` raises is shown by its type."""
+    try:
+        if _nested_deeper_than(value, MAX_JSON_DEPTH):
+            return _DEPTH_BOUNDED.repr(value)
+        return repr(value)
+    except Exception:  # a repr of the caller's that raises: the message must not
+        return f"<{type(value).__name__} object>"
 
 
 def describe(rule: str, field: str | None = None, value: object = None) -> str:
@@ -422,7 +460,7 @@ def describe(rule: str, field: str | None = None, value: object = None) -> str:
     template = RULE_MESSAGES.get(rule)
     if template is None:
         return f"outbox record breaks {rule}"
-    return template.format(value=value)
+    return template.format(value=shown(value))
 
 
 __all__ = [
@@ -447,5 +485,6 @@ __all__ = [
     "intent_digest",
     "normalise_text",
     "record_bytes",
+    "shown",
     "timestamp_problem",
 ]

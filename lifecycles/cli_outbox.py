@@ -10,7 +10,9 @@ when a writer has ever created it, so the answer is one consistent view.
 quarantined): its status, every row open from it with each guard true or false for
 what a replay would pass now, and every rule it keeps or breaks; an entry the outbox
 cannot trust is explained, not refused. ``--mermaid`` draws its status and the rows
-leaving it. Read-only, like ``status``.
+leaving it. Read-only, like ``status``. A value that such a file holds nested deeper
+than the JSON depth bound allows is shown down to one level past it, then ``"..."``
+(a note says so): every rule judges it as it would the whole value.
 
 Errors are one line on stderr; with ``--json`` also ``{"error": CODE, "message": ...}``
 on stdout.
@@ -29,7 +31,7 @@ from typing import Any
 from lifecycles.cli import CommandError, add_command
 from lifecycles.explain import explain, outbox_inputs_now, print_explanation
 from lifecycles.explain_stored import files_entry
-from lifecycles.invariants.outbox import OutboxRecord
+from lifecycles.invariants.outbox import MAX_JSON_DEPTH, OutboxRecord
 from lifecycles.machines.outbox import OUTBOX, iso_timestamp
 from lifecycles.outbox import (
     OUTBOX_DIRECTORY,
@@ -227,6 +229,27 @@ def _status(args: argparse.Namespace) -> int:
     return code
 
 
+ELIDED = "..."
+# One level past the depth bound: a value cut there still breaks json_depth_bound, as the
+# whole value does, and the explanation's printing never recurses thousands deep.
+SHOWN_LEVELS = MAX_JSON_DEPTH + 1
+
+
+def elided(value: Any, levels: int = SHOWN_LEVELS) -> tuple[Any, bool]:
+    """``value`` with every list or object nested more than ``levels`` deep replaced by
+    ``"..."``, and whether anything was (values come from JSON: lists, objects, scalars)."""
+    if not isinstance(value, (list, dict)):
+        return value, False
+    if levels == 0:
+        return ELIDED, True
+    if isinstance(value, list):
+        items = [elided(item, levels - 1) for item in value]
+        return [item for item, _ in items], any(cut for _, cut in items)
+    fields = {key: elided(item, levels - 1) for key, item in value.items()}
+    return {key: item for key, (item, _) in fields.items()}, any(
+        cut for _, cut in fields.values())
+
+
 def _explain(args: argparse.Namespace) -> int:
     try:
         now = iso_timestamp(args.now if args.now is not None else datetime.now(UTC))
@@ -240,8 +263,14 @@ def _explain(args: argparse.Namespace) -> int:
         raise CommandError(EXIT_NO_ENTRY, "no_entry",
                            f"no entry {args.entry_id!r} in the outbox under {state_dir} "
                            "(pending, delivered or quarantine); check the id and --state-dir")
+    values, cut = {}, False
+    for field, value in (entry.values or {}).items():
+        values[field], deep = elided(value)
+        cut = cut or deep
+    notes = entry.notes + ((f"values nested more than {SHOWN_LEVELS} levels deep are shown "
+                            f"cut there, as {ELIDED!r}",) if cut else ())
     explanation = explain(
-        OUTBOX, entry.values or {}, outbox_inputs_now(now), where=entry.where, now=now,
-        store_findings=entry.findings, notes=entry.notes, status=entry.status,
+        OUTBOX, values, outbox_inputs_now(now), where=entry.where, now=now,
+        store_findings=entry.findings, notes=notes, status=entry.status,
     )
     return print_explanation(OUTBOX, explanation, args.json, args.mermaid)

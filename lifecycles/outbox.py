@@ -38,6 +38,8 @@ from lifecycles.invariants.outbox import (
     describe,
     entry_id_for,
     error_is_text,
+    error_length_bound,
+    error_text_normalised,
     fail_carries_error,
     intent_digest,
     intent_within_payload_bound,
@@ -49,7 +51,7 @@ from lifecycles.invariants.outbox import (
     version_supported,
 )
 from lifecycles.machines.audit import PublicError, PublicErrors
-from lifecycles.machines.core import TransitionRefused
+from lifecycles.machines.core import LifecycleError, TransitionRefused
 from lifecycles.machines.outbox import (
     CONFLICT,
     CONFLICT_REASON,
@@ -63,6 +65,7 @@ from lifecycles.machines.outbox import (
 )
 from lifecycles.stores.base import StoreError
 from lifecycles.stores.files import (
+    FilesDamaged,
     FilesLayout,
     FilesStore,
     Reentered,
@@ -91,8 +94,13 @@ OUTBOX_LAYOUT = FilesLayout(
 # --- errors ------------------------------------------------------------------------
 
 
-class CloseOutboxError(RuntimeError):
-    """Base error for invalid records or durable outbox operations."""
+class CloseOutboxError(RuntimeError, LifecycleError):
+    """Base error for invalid records or durable outbox operations.
+
+    A ``RuntimeError``, as in the reference, and a
+    :class:`~lifecycles.machines.core.LifecycleError`, so that one ``except
+    LifecycleError`` catches every error of lifecycles; ``code`` is stable.
+    """
 
     code = "close_outbox.error"
 
@@ -125,6 +133,35 @@ class OutboxUnsafePathError(CloseOutboxError):
     code = "close_outbox.unsafe_path"
 
 
+class OutboxStorageError(CloseOutboxError, OSError):
+    """The outbox's directory could not be used for this call: an I/O error, a full
+    device or quota, a denied permission, a read-only file system, a directory that
+    vanished under the open outbox.
+
+    The reference lets the raw ``OSError`` out; this is an ``OSError`` too, carrying the
+    original ``errno``, ``strerror`` and ``filename``, so an ``except OSError`` written
+    for the reference still catches it (an ``except`` of one subclass, such as
+    ``PermissionError``, does not). Nothing unfinished was acknowledged: a record being
+    written is whole or absent, and a failed ``enqueue`` may be retried.
+    """
+
+    code = "close_outbox.storage_unavailable"
+
+    def __init__(self, message: str, cause: OSError) -> None:
+        super().__init__(message)
+        self.errno, self.strerror, self.filename = cause.errno, cause.strerror, cause.filename
+
+    def __str__(self) -> str:
+        return str(self.args[0])  # the message, not OSError's "[Errno N] ..."
+
+
+class OutboxStorageDamagedError(OutboxStorageError):
+    """The file system reports damage to itself under the outbox (``EUCLEAN``,
+    ``EBADMSG``): check and repair it before going on."""
+
+    code = "close_outbox.storage_damaged"
+
+
 class OutboxReentryError(CloseOutboxError):
     """``replay`` was called again from inside its own ``deliver`` callback.
 
@@ -140,40 +177,58 @@ _STOPPED = "The call stops there; what a `replay` wrote before it stays written.
 _NEVER = "Never raised to a caller: "
 _NO_REFERENCE_CODE = " The code is lifecycles' own: the reference has no codes."
 
-# What each public error means, for the auditor page; every CloseOutboxError subclass
-# defined here is listed (tests/tools/test_diagrams_audit.py holds it so).
+# What each public error means (meaning, raised by, what changed), for the auditor page;
+# every CloseOutboxError subclass defined here is listed (tests/tools/test_diagrams_audit.py
+# holds it so).
+_MEANINGS: dict[type[CloseOutboxError], tuple[str, str, str]] = {
+    InvalidCloseRequestError: (
+        "A close intent breaks a rule (version, `run_id` or `transaction_id` syntax, "
+        "action, result bounds, error, reopen, or the payload bound); `rules` names it.",
+        "`CloseRequest(...)`; `enqueue`, `detached_copy` (a request that is not a "
+        "`CloseRequest`, or changed after it was built: its private copy fails the same "
+        "rules, or is not the request as given); `entry_id`, `intent_digest` (a changed "
+        "request they cannot encode).",
+        "Nothing."),
+    OutboxConflictError: (
+        "The identity (`run_id`, `transaction_id`) already has a different close "
+        "intent, pending or delivered.",
+        "`enqueue`.", "Nothing: the stored intent is unchanged."),
+    OutboxCorruptError: (
+        "The stored record of this identity cannot be trusted (undecodable, breaking "
+        "a rule, or in the wrong directory), or the identity has quarantined material.",
+        "`enqueue`.",
+        "Nothing: the file stays where it is (the next `replay` quarantines an "
+        "untrusted pending file)."),
+    OutboxUnsafePathError: (
+        "A store directory or the lock file is a symbolic link, missing, or not what "
+        "it must be.",
+        "The constructor, `enqueue`, `replay`, `pending_count`.", _STOPPED),
+    OutboxReentryError: (
+        "`replay` was called from inside its own `deliver` callback (through any "
+        "outbox object on this directory). Not in the reference, which deadlocks.",
+        "`replay`.", "Nothing: the outer `replay` carries on."),
+    OutboxStorageError: (
+        "The outbox's directory cannot be used now: an I/O error, a full device or "
+        "quota, a denied permission, a read-only file system, a directory that "
+        "vanished under the open outbox. An `OSError` too, with the original `errno` "
+        "(the reference lets the raw `OSError` out).",
+        "The constructor, `enqueue`, `replay`, `pending_count`.",
+        _STOPPED.rstrip(".") + ": a record being written is whole or absent, nothing "
+        "unfinished was acknowledged, and the call may be retried."),
+    OutboxStorageDamagedError: (
+        "The file system reports damage to itself under the outbox (`EUCLEAN`, "
+        "`EBADMSG`). An `OutboxStorageError`.",
+        "The constructor, `enqueue`, `replay`, `pending_count`.",
+        _STOPPED.rstrip(".") + ": check and repair the file system before going on."),
+    CloseOutboxError: (
+        "A store error that none of the classes above names, for example a record "
+        "changed by another writer under the call.",
+        "`enqueue`, `replay`, `pending_count`.", _STOPPED),
+}
 PUBLIC_ERRORS = PublicErrors(
     OUTBOX,
-    errors=(*(PublicError(kind.__name__, kind.code, *meant) for kind, meant in {
-        InvalidCloseRequestError: (
-            "A close intent breaks a rule (version, `run_id` or `transaction_id` syntax, "
-            "action, result bounds, error, reopen, or the payload bound); `rules` names it.",
-            "`CloseRequest(...)`; `enqueue` (a request that is not a `CloseRequest`, or "
-            "whose private copy fails the same rules).",
-            "Nothing."),
-        OutboxConflictError: (
-            "The identity (`run_id`, `transaction_id`) already has a different close "
-            "intent, pending or delivered.",
-            "`enqueue`.", "Nothing: the stored intent is unchanged."),
-        OutboxCorruptError: (
-            "The stored record of this identity cannot be trusted (undecodable, breaking "
-            "a rule, or in the wrong directory), or the identity has quarantined material.",
-            "`enqueue`.",
-            "Nothing: the file stays where it is (the next `replay` quarantines an "
-            "untrusted pending file)."),
-        OutboxUnsafePathError: (
-            "A store directory or the lock file is a symbolic link, missing, or not what "
-            "it must be.",
-            "The constructor, `enqueue`, `replay`, `pending_count`.", _STOPPED),
-        OutboxReentryError: (
-            "`replay` was called from inside its own `deliver` callback (through any "
-            "outbox object on this directory). Not in the reference, which deadlocks.",
-            "`replay`.", "Nothing: the outer `replay` carries on."),
-        CloseOutboxError: (
-            "A store error that none of the classes above names, for example a record "
-            "changed by another writer under the call.",
-            "`enqueue`, `replay`, `pending_count`.", _STOPPED),
-    }.items()),
+    errors=(
+        *(PublicError(kind.__name__, kind.code, *meant) for kind, meant in _MEANINGS.items()),
         PublicError("ValueError", None, "`limit` is not an integer from 1 to 1000, as in "
                     "the reference.", "`replay`.", "Nothing."),
     ),
@@ -198,7 +253,7 @@ PUBLIC_ERRORS = PublicErrors(
     note=(
         "The exception classes are the reference's contract; their `code` attributes are "
         "lifecycles' addition (the reference has none). Every class below derives from "
-        "`CloseOutboxError`, except `ValueError`."
+        "`CloseOutboxError` (a `RuntimeError` and a `LifecycleError`), except `ValueError`."
     ),
 )
 
@@ -253,11 +308,22 @@ class CloseRequest:
 
     @property
     def entry_id(self) -> str:
+        # Checked again only for a request changed after it was built: no str() of a
+        # value that is not text (a list nested thousands deep cannot even be printed).
+        if not isinstance(self.run_id, str) or not isinstance(self.transaction_id, str):
+            _refuse(run_id_syntax, self.run_id)
+            _refuse(transaction_id_syntax, self.transaction_id)
         return entry_id_for(self.run_id, self.transaction_id)
 
     @property
     def intent_digest(self) -> str:
-        return intent_digest(self.intent())
+        try:
+            return intent_digest(self.intent())
+        except (TypeError, ValueError, RecursionError):  # changed after it was built
+            raise InvalidCloseRequestError(
+                describe(intent_within_payload_bound.name),
+                rules=(intent_within_payload_bound.name,),
+            ) from None
 
     def intent(self) -> dict[str, Any]:
         return {
@@ -272,7 +338,37 @@ class CloseRequest:
         }
 
     def detached_copy(self) -> CloseRequest:
-        return dataclasses.replace(self, result=json.loads(json.dumps(self.result)))
+        """A copy sharing no mutable value with this request (the constructor copies the
+        result as it checks it); a request changed after it was built is refused."""
+        return private_copy(self)
+
+
+def private_copy(request: CloseRequest) -> CloseRequest:
+    """A copy of ``request`` that passed every rule again, and that is exactly the
+    request as given: the constructor normalises ``error`` and copies ``result``, so a
+    request changed after it was built (``object.__setattr__``) could otherwise be
+    stored as something else than it says. Such a request is refused, naming the rule
+    its given value breaks, never normalised."""
+    copy = dataclasses.replace(request)  # a frozen dataclass: the constructor runs again
+    if _encoded(copy.result) != _encoded(request.result):
+        raise InvalidCloseRequestError(
+            describe("request_as_given", value="result"), rules=("request_as_given",)
+        )
+    if not isinstance(request.error, str) or not str.__eq__(copy.error, request.error):
+        for rule in (error_length_bound, error_text_normalised):
+            _refuse(rule, request.error)
+        raise InvalidCloseRequestError(  # a str subclass whose comparisons lie
+            describe("request_as_given", value="error"), rules=("request_as_given",)
+        )
+    return copy
+
+
+def _encoded(value: object) -> bytes | None:
+    """The canonical JSON of ``value``; ``None`` when it has none."""
+    try:
+        return canonical_json(value)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -383,7 +479,7 @@ class CloseOutbox:
             raise InvalidCloseRequestError("request must be a CloseRequest")
         # Validate again on a private copy: a frozen dataclass can still be forged with
         # object.__setattr__, and its result dict mutated after it was checked.
-        request = dataclasses.replace(request)
+        request = private_copy(request)
         entry_id = request.entry_id
         with _translated_store_errors(), self.store.locked():
             try:
@@ -517,7 +613,8 @@ class CloseOutbox:
 
 @contextmanager
 def _translated_store_errors() -> Iterator[None]:
-    """Every store error leaves the outbox as a :class:`CloseOutboxError` subclass."""
+    """Every store error leaves the outbox as a :class:`CloseOutboxError` subclass, and
+    every OS error as an :class:`OutboxStorageError` (an ``OSError`` too)."""
     try:
         yield
     except (UnsafePath, StoreMissing) as error:
@@ -526,6 +623,10 @@ def _translated_store_errors() -> Iterator[None]:
         raise OutboxReentryError(
             "replay was called from inside its own deliver callback"
         ) from error
+    except OSError as error:  # the store's FilesUnavailable and FilesDamaged among them
+        kind = OutboxStorageDamagedError if isinstance(error, FilesDamaged) else (
+            OutboxStorageError)
+        raise kind(str(error), error) from error
     except StoreError as error:  # e.g. StaleRecord: a record changed under the call
         raise CloseOutboxError(str(error)) from error
 
@@ -541,6 +642,8 @@ __all__ = [
     "OutboxConflictError",
     "OutboxCorruptError",
     "OutboxReentryError",
+    "OutboxStorageDamagedError",
+    "OutboxStorageError",
     "OutboxUnsafePathError",
     "ReplayReport",
     "default_state_dir",

@@ -49,11 +49,22 @@ Guarantees (beyond :mod:`lifecycles.stores.base`):
   serialises threads. While this process holds the lock nobody else writes, so what
   it listed, read or wrote is remembered (:class:`~.view.HeldView`) until it changes
   those files or releases the lock.
+* **OS errors.** No ``OSError`` leaves a public method (the constructor included) as
+  it is: an I/O error, a full device or quota, a denied permission, a read-only file
+  system or a directory that vanished under the open store is
+  :class:`FilesUnavailable` (``lifecycles.store_unavailable``), damage the file system
+  reports (``EUCLEAN``, ``EBADMSG``) :class:`FilesDamaged`
+  (``lifecycles.store_damaged``): the contract's ``StoreUnavailable`` and
+  ``StoreDamaged``, and ``OSError`` too, with the original ``errno``, so code written
+  for the raw error keeps working. What the call had not finished is not
+  acknowledged; every file is whole or absent.
 * **No symlinks followed.** Below the caller's parent directory, every open is
   relative to a directory descriptor with ``O_NOFOLLOW``; directories are opened with
   ``O_DIRECTORY | O_NOFOLLOW``. A planted link at a directory or the lock file makes
-  the store refuse to operate (:class:`UnsafePath`); one at a record path is material
-  it cannot trust.
+  the store refuse to operate (:class:`UnsafePath`), on every call: each one checks
+  every directory of the layout under the lock (one ``lstat`` each), so a store opened
+  before the link was planted refuses it as a store opened afterwards does. One at a
+  record path is material it cannot trust.
 * **Quarantine.** Material that is not a valid record (unreadable, too big, not JSON,
   wrong keys, broken rules, in the wrong directory) is reported as
   :class:`UntrustedRecord`; ``quarantine_material`` moves it aside with a reason file.
@@ -73,7 +84,14 @@ Guarantees (beyond :mod:`lifecycles.stores.base`):
 
 from lifecycles.stores.files.codec import UntrustedRecord, canonical_json
 from lifecycles.stores.files.contract import FilesExtension, Listing
-from lifecycles.stores.files.fs import StoreMissing, UnsafePath, put_file, write_file
+from lifecycles.stores.files.fs import (
+    FilesDamaged,
+    FilesUnavailable,
+    StoreMissing,
+    UnsafePath,
+    put_file,
+    write_file,
+)
 from lifecycles.stores.files.layout import (
     SAFE_STEM,
     TEMPORARY_NAME,
@@ -89,9 +107,11 @@ from lifecycles.stores.files.store import FilesStore
 __all__ = [
     "SAFE_STEM",
     "TEMPORARY_NAME",
+    "FilesDamaged",
     "FilesExtension",
     "FilesLayout",
     "FilesStore",
+    "FilesUnavailable",
     "Listing",
     "QuarantineEntry",
     "Reentered",

@@ -12,12 +12,12 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import attrs
 
-from lifecycles.stores.base import StoreError
+from lifecycles.stores.base import StoreDamaged, StoreError, StoreUnavailable
 
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -34,6 +34,78 @@ class StoreMissing(StoreError):
     """The store directory does not exist and the store was opened without ``create``."""
 
     code = "lifecycles.store_missing"
+
+
+# The errno values with which a file system reports damage to itself (ext4 and XFS
+# spell EFSCORRUPTED as EUCLEAN and EFSBADCRC as EBADMSG). Every other OS error says
+# the directory cannot be used now: EIO, ENOSPC, EDQUOT, EACCES, EROFS, EMFILE, ...
+DAMAGE_ERRNOS = frozenset({errno.EUCLEAN, errno.EBADMSG})
+
+
+class FilesUnavailable(StoreUnavailable, OSError):
+    """An OS error made the store's directory unusable for this call: an I/O error, a
+    full device or quota, no permission, a read-only file system, a directory that
+    vanished under the open store. Nothing the call did not finish is acknowledged, and
+    every file it wrote is whole or absent.
+
+    Also an ``OSError`` carrying the original ``errno``, ``strerror`` and ``filename``,
+    so code written for the raw error still catches it (``except OSError``); the
+    original is its ``__cause__``.
+    """
+
+    code = "lifecycles.store_unavailable"
+
+    def __init__(self, message: str, cause: OSError) -> None:
+        super().__init__(message)
+        self.errno, self.strerror, self.filename = cause.errno, cause.strerror, cause.filename
+
+    def __str__(self) -> str:
+        return str(self.args[0])  # the message, not OSError's "[Errno N] ..."
+
+
+class FilesDamaged(StoreDamaged, OSError):
+    """The file system reports damage to itself (``EUCLEAN``, ``EBADMSG``) under the
+    store's directory. An ``OSError`` too, like :class:`FilesUnavailable`."""
+
+    code = "lifecycles.store_damaged"
+
+    def __init__(self, message: str, cause: OSError) -> None:
+        super().__init__(message)
+        self.errno, self.strerror, self.filename = cause.errno, cause.strerror, cause.filename
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def store_error_of(error: OSError, where: str) -> FilesUnavailable | FilesDamaged:
+    """What an OS error met by ``where`` (the store and the call) means for the caller."""
+    number = error.errno
+    name = errno.errorcode.get(number, str(number)) if number is not None else "no errno"
+    kind = FilesDamaged if number in DAMAGE_ERRNOS else FilesUnavailable
+    return kind(f"{where}: {error.strerror or error} ({name})", error)
+
+
+@contextlib.contextmanager
+def os_errors_as_store_errors(where: str) -> Iterator[None]:
+    """Raise an ``OSError`` escaping the block as :func:`store_error_of` says (store
+    errors pass unchanged: the files store's own are ``OSError`` too)."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except OSError as error:
+        raise store_error_of(error, where) from error
+
+
+def vanished(name: str, where: str) -> FilesUnavailable:
+    """A directory of the layout is gone under an open store (removed, or its file
+    system unmounted): the store does not create it again, since what it held is
+    elsewhere or lost, and a new empty one would hide that."""
+    cause = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+    return FilesUnavailable(
+        f"{where}: directory {name} vanished under the open store (removed, or its file "
+        "system unmounted); nothing was created again (ENOENT)", cause,
+    )
 
 
 class UnfitEntry(Exception):
@@ -325,6 +397,9 @@ def make_private(dir_fd: int, name: str) -> None:
 
 
 __all__ = [
+    "DAMAGE_ERRNOS",
+    "FilesDamaged",
+    "FilesUnavailable",
     "StagedFile",
     "StoreMissing",
     "UnfitEntry",
@@ -335,10 +410,13 @@ __all__ = [
     "is_leftover",
     "make_private",
     "open_directory",
+    "os_errors_as_store_errors",
     "present",
     "put_file",
     "read_entry",
     "stage_file",
+    "store_error_of",
     "sync_files",
+    "vanished",
     "write_file",
 ]

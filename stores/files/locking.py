@@ -7,6 +7,13 @@ object, and serialises threads. A thread's :class:`Handles` hold the directory
 descriptors it opened under the lock, and the directories whose unlinks are not yet
 synced: the next write into such a directory syncs it, and so does the release of the
 outermost lock, so a call that returns has made durable what it wrote.
+
+Each outermost hold also checks, under the lock, that every directory of the layout is
+still a directory at its name (one ``lstat`` each): a store opened before one became a
+link or a file refuses it on every call, as a store opened afterwards does. Only the
+store's constructor creates directories; one that vanished under an open store is not
+created again. Every ``OSError`` met while taking or releasing the lock leaves as a
+store error (:func:`~lifecycles.stores.files.fs.store_error_of`).
 """
 
 from __future__ import annotations
@@ -16,18 +23,22 @@ import fcntl
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import attrs
 
 from lifecycles.stores.base import StoreError
 from lifecycles.stores.files.fs import (
+    FilesUnavailable,
+    StoreMissing,
     UnsafePath,
     close_quietly_after,
     kind_of,
     make_owned_private,
     open_directory,
+    store_error_of,
+    vanished,
     write_file,
 )
 from lifecycles.stores.files.view import HeldView
@@ -87,6 +98,7 @@ class Handles:
     process_lock: ProcessLock
     lock_fd: int
     create: bool
+    where: str = "files store"  # names the store in error messages
     depth: int = 1
     # Directories with an unlink not yet fsynced: synced by the next write into them,
     # or when the outermost lock is released, whichever comes first.
@@ -97,12 +109,35 @@ class Handles:
         return self.process_lock.view
 
     def directory(self, name: str) -> int:
-        """The directory's descriptor, opened on first use."""
+        """The directory's descriptor, opened on first use (never created: the store's
+        constructor made the layout)."""
         fd = self.directories.get(name)
         if fd is None:
-            fd = open_directory(name, self.root, create=self.create, check_mode=False)
+            try:
+                fd = open_directory(name, self.root, create=False, check_mode=False)
+            except StoreMissing:
+                raise self.missing(name) from None
             self.directories[name] = fd
         return fd
+
+    def missing(self, name: str) -> StoreMissing | FilesUnavailable:
+        """The error for a directory of the layout that is not there: a reader's store
+        is missing; a writer's vanished under it (:func:`~.fs.vanished`)."""
+        if self.create:
+            return vanished(name, self.where)
+        return StoreMissing(f"directory {name} does not exist")
+
+    def check_layout(self, directories: Sequence[str]) -> None:
+        """Each of ``directories`` is a directory at its name now, not a link, a file
+        or nothing: one ``lstat`` each, so a change made under an open store is refused
+        on its next call as when the store is opened."""
+        for name in directories:
+            try:
+                info = os.stat(name, dir_fd=self.root, follow_symlinks=False)
+            except FileNotFoundError:
+                raise self.missing(name) from None
+            if not stat.S_ISDIR(info.st_mode):
+                raise UnsafePath(f"{name} is a symbolic link or not a directory")
 
     def unsynced_unlink(self, dir_fd: int) -> None:
         """An entry of ``dir_fd`` was unlinked: sync it later (see ``unsynced``)."""
@@ -120,12 +155,27 @@ class Handles:
 
 
 class StoreLock:
-    """The lock of one store object: ``held()`` yields this thread's :class:`Handles`."""
+    """The lock of one store object: ``held()`` yields this thread's :class:`Handles`.
 
-    def __init__(self, open_root: Callable[[], int], lock_name: str, *, create: bool) -> None:
+    ``open_root(opening)`` opens the store directory (creating it only while
+    ``opening``); ``directories`` are checked on every outermost hold but the opening
+    one, whose caller makes them; ``where`` names the store in error messages.
+    """
+
+    def __init__(
+        self,
+        open_root: Callable[[bool], int],
+        lock_name: str,
+        directories: Sequence[str],
+        *,
+        create: bool,
+        where: str,
+    ) -> None:
         self._open_root = open_root
         self._lock_name = lock_name
+        self._directories = tuple(directories)
         self._create = create
+        self._where = where
         self._local = threading.local()
 
     @property
@@ -135,8 +185,12 @@ class StoreLock:
         return handles
 
     @contextmanager
-    def held(self) -> Iterator[Handles]:
-        """Hold the exclusive lock (re-entrant within a thread, across store objects)."""
+    def held(self, *, opening: bool = False) -> Iterator[Handles]:
+        """Hold the exclusive lock (re-entrant within a thread, across store objects).
+
+        The outermost hold checks the layout's directories first, unless ``opening``
+        (the store's constructor, which creates or opens them itself).
+        """
         handles = self.current
         if handles is not None:
             handles.depth += 1
@@ -145,13 +199,31 @@ class StoreLock:
             finally:
                 handles.depth -= 1
             return
-        handles = self._acquire()
+        # try/except rather than os_errors_as_store_errors: this runs on every call.
+        try:
+            handles = self._acquire(opening)
+        except StoreError:
+            raise
+        except OSError as error:
+            raise store_error_of(error, self._where) from error
         self._local.handles = handles
         try:
+            if not opening:
+                try:
+                    handles.check_layout(self._directories)
+                except StoreError:
+                    raise
+                except OSError as error:
+                    raise store_error_of(error, self._where) from error
             yield handles
         finally:
             self._local.handles = None
-            self._release(handles)
+            try:
+                self._release(handles)
+            except StoreError:
+                raise
+            except OSError as error:
+                raise store_error_of(error, self._where) from error
 
     @contextmanager
     def exclusive(self, section: str) -> Iterator[None]:
@@ -168,8 +240,8 @@ class StoreLock:
             finally:
                 sections.discard(section)
 
-    def _acquire(self) -> Handles:
-        root_fd = self._open_root()
+    def _acquire(self, opening: bool) -> Handles:
+        root_fd = self._open_root(opening)
         opened = [root_fd]
         try:
             lock_fd = self._open_lock(root_fd)
@@ -188,7 +260,7 @@ class StoreLock:
             for fd in reversed(opened):
                 close_quietly_after(error, fd)
             raise
-        return Handles(root_fd, {}, entry, lock_fd, self._create)
+        return Handles(root_fd, {}, entry, lock_fd, self._create, self._where)
 
     def _open_lock(self, root_fd: int) -> int:
         name = self._lock_name
@@ -239,8 +311,20 @@ class StoreLock:
                     fcntl.flock(handles.lock_fd, fcntl.LOCK_UN)
             finally:
                 entry.guard.release()
-                for fd in (*handles.directories.values(), handles.lock_fd, handles.root):
-                    os.close(fd)
+                _close_all((*handles.directories.values(), handles.lock_fd, handles.root))
+
+
+def _close_all(fds: tuple[int, ...]) -> None:
+    """Close every one of ``fds``, then raise the first failure: one that fails to close
+    must not leave the others open."""
+    failure: OSError | None = None
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError as error:
+            failure = failure or error
+    if failure is not None:
+        raise failure
 
 
 __all__ = ["Handles", "ProcessLock", "Reentered", "StoreLock", "process_lock"]

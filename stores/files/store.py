@@ -4,24 +4,32 @@ This module sequences the parts (see the package docstring for the guarantees): 
 takes the lock (:mod:`.locking`), reads and decodes files (:mod:`.fs`, :mod:`.codec`),
 stages writes in transactions and applies them with one fsync per directory, and
 answers the contract's queries and the files-store extension (:mod:`.contract`).
+
+No ``OSError`` leaves a public method, the constructor included, as it is: an I/O
+error, a full device, a denied permission or a vanished directory is
+:class:`~.fs.FilesUnavailable`, damage the file system reports is
+:class:`~.fs.FilesDamaged` (store errors with stable codes, and ``OSError`` too, with
+the original ``errno``). An ``OSError`` raised by the caller's own code inside
+``locked()`` or ``transaction()`` is the caller's, and passes unchanged.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 import threading
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from operator import methodcaller
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import attrs
 
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle, Row
-from lifecycles.stores.base import StaleRecord, Store
+from lifecycles.stores.base import StaleRecord, Store, StoreError
 from lifecycles.stores.files import quarantine
 from lifecycles.stores.files.codec import RecordCodec, UntrustedRecord
 from lifecycles.stores.files.contract import FilesExtension, Listing
@@ -34,11 +42,14 @@ from lifecycles.stores.files.fs import (
     is_leftover,
     make_owned_private,
     open_directory,
+    os_errors_as_store_errors,
     present,
     read_entry,
     stage_file,
+    store_error_of,
     sync_files,
     unlink_after,
+    vanished,
 )
 from lifecycles.stores.files.layout import (
     ERROR_SUFFIX,
@@ -53,6 +64,8 @@ from lifecycles.stores.files.quarantine import QuarantineEntry
 from lifecycles.stores.files.view import HeldListing
 
 R = TypeVar("R")
+P = ParamSpec("P")
+T = TypeVar("T")
 
 _IS_JSON = methodcaller("endswith", SUFFIX)
 # Whether a shadowed-copy check probes each name or lists the other directory: probing
@@ -60,6 +73,21 @@ _IS_JSON = methodcaller("endswith", SUFFIX)
 # (ext4, XFS, btrfs, tmpfs: 20 to 70 bytes each). Cost only: both ways are exact.
 PROBE_AT_MOST = 256
 BYTES_PER_ENTRY_GUESS = 64
+
+
+def _os_errors(method: Callable[Concatenate[Any, P], T]) -> Callable[Concatenate[Any, P], T]:
+    """A public method of :class:`FilesStore` whose ``OSError`` leaves as a store error."""
+
+    @functools.wraps(method)
+    def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except StoreError:
+            raise
+        except OSError as error:
+            raise store_error_of(error, f"{self.where}: {method.__name__}") from error
+
+    return call
 
 
 @attrs.define
@@ -73,7 +101,9 @@ class FilesStore(Store[R], FilesExtension[R]):
 
     With ``create=False`` the store only opens what exists and creates nothing, not
     even the lock file, nor does it change a mode or remove a writer's temporary file:
-    the way to inspect a store without touching it.
+    the way to inspect a store without touching it. With ``create=True`` only the
+    constructor creates (the root, its parents, the directories); a directory that
+    vanishes under the open store fails every call (:func:`~.fs.vanished`).
     """
 
     def __init__(
@@ -89,25 +119,40 @@ class FilesStore(Store[R], FilesExtension[R]):
         self.layout.check(lifecycle)
         self.root = Path(root)
         self.create = create
+        self.where = f"files store {self.root}"
         self.codec = RecordCodec(lifecycle, self.layout, self.values_of)
-        self._lock = StoreLock(self._open_root, self.layout.lock_name, create=create)
+        self._lock = StoreLock(
+            self._open_root, self.layout.lock_name, self.layout.all_directories,
+            create=create, where=self.where,
+        )
         self._local = threading.local()  # this thread's staged transaction
-        with self._lock.held() as handles:  # creates (or checks) the layout, modes included
+        with os_errors_as_store_errors(self.where), self._lock.held(opening=True) as handles:
+            # creates (or checks) the layout, modes included
             if create:
                 make_owned_private(handles.root, 0o700)
             for name in self.layout.all_directories:
                 handles.directories[name] = open_directory(name, handles.root, create=create)
 
-    def _open_root(self) -> int:
+    def _open_root(self, opening: bool) -> int:
         """The store directory, never through a link at its own name (the caller's path
-        above it is followed as given); created, with its parents, if asked."""
+        above it is followed as given); created, with its parents, if asked, by the
+        constructor only."""
         try:
             return open_directory(str(self.root), None, create=False, check_mode=False)
         except StoreMissing:
             if not self.create:
                 raise
+            if not opening:
+                raise vanished(str(self.root), self.where) from None
         os.makedirs(self.root.parent, mode=0o700, exist_ok=True)
         return open_directory(str(self.root), None, create=True)
+
+    def driver_error(self, error: Exception) -> StoreError | None:
+        """An ``OSError`` as the store error it leaves a call as (see the module
+        docstring); ``None`` for anything else."""
+        if isinstance(error, OSError) and not isinstance(error, StoreError):
+            return store_error_of(error, self.where)
+        return None
 
     # -- locking -----------------------------------------------------------------
 
@@ -153,7 +198,8 @@ class FilesStore(Store[R], FilesExtension[R]):
                 yield
                 pending = self._local.staged
                 self._local.staged = None
-                self._apply(pending)
+                with os_errors_as_store_errors(f"{self.where}: writing"):
+                    self._apply(pending)
             finally:
                 self._local.staged = None
 
@@ -231,6 +277,7 @@ class FilesStore(Store[R], FilesExtension[R]):
         handles.view.remember_file(directory, name, data)
         return data
 
+    @_os_errors
     def read_named(self, status: str, name: str) -> R | None:
         with self.locked():
             view, directory = self._held().view, self.layout.directory(status)
@@ -280,11 +327,13 @@ class FilesStore(Store[R], FilesExtension[R]):
 
     # -- the Store primitives ---------------------------------------------------------
 
+    @_os_errors
     def get(self, key: str) -> R | None:
         with self.locked():
             found = self._locate(key)
             return None if found is None else found[0]
 
+    @_os_errors
     def insert(self, record: R) -> R:
         key = self.lifecycle.key_of(record)
         stem_for(key)
@@ -298,6 +347,7 @@ class FilesStore(Store[R], FilesExtension[R]):
             staged[key] = _Staged(record, None)
             return record
 
+    @_os_errors
     def put(self, before: R, after: R, row: Row) -> None:
         key = self.lifecycle.key_of(before)
         with self.transaction():
@@ -334,6 +384,7 @@ class FilesStore(Store[R], FilesExtension[R]):
 
     # -- the files-store extension (see contract.FilesExtension) ---------------------
 
+    @_os_errors
     def discard_shadowed(self, record: R, status: str) -> bool:
         with self.locked():
             name = file_name(self.lifecycle.key_of(record))
@@ -350,6 +401,7 @@ class FilesStore(Store[R], FilesExtension[R]):
             self._unlink(status, name)
             return True
 
+    @_os_errors
     def first_names(self, status: str, limit: int) -> Listing:
         with self.locked():
             names = self._names(status)
@@ -357,30 +409,36 @@ class FilesStore(Store[R], FilesExtension[R]):
                 heapq.nsmallest(limit, names), len(names), self._shadowed(status, names)
             )
 
+    @_os_errors
     def names(self, status: str) -> list[str]:
         with self.locked():
             return list(self._names(status))
 
+    @_os_errors
     def count(self, status: str) -> int:
         with self.locked():
             names = self._names(status)
             return len(names) - len(self._shadowed(status, names))
 
+    @_os_errors
     def sweep(self, status_or_directory: str) -> None:
         with self.locked():
             self._list(status_or_directory)
 
+    @_os_errors
     def has_quarantined(self, key: str) -> bool:
         with self.locked():
             listing = self._listing(self.layout.quarantine_directory).names()
             return quarantine.holds_any_of(listing, stem_for(key))
 
+    @_os_errors
     def quarantine_material(self, status: str, name: str, reason: str) -> str:
         with self.locked():
             return quarantine.move_material(
                 self._held(), self.layout, self.layout.directory(status), name, reason
             )
 
+    @_os_errors
     def quarantine_entries(self) -> list[QuarantineEntry]:
         with self.locked():
             return quarantine.entries(
@@ -503,10 +561,12 @@ class FilesStore(Store[R], FilesExtension[R]):
         claimable = [status.value for status in self.lifecycle.claimable]
         return [r for r in self._records(claimable) if getattr(r, lease.due_field) <= now]
 
+    @_os_errors
     def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None:
         found = self.due(now, 1, exclude)
         return found[0] if found else None
 
+    @_os_errors
     def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[R]:
         self._lease()
         return lease_protocol.due_in_order(self.lifecycle, self._due(now), now, limit, exclude)
@@ -517,9 +577,11 @@ class FilesStore(Store[R], FilesExtension[R]):
         assert leased is not None
         return [r for r in self._records([leased.value]) if getattr(r, lease.expires_field) <= now]
 
+    @_os_errors
     def expired_leases(self, now: float) -> list[R]:
         return sorted(self._expired(now), key=self.lifecycle.key_of)
 
+    @_os_errors
     def count_by_status(self) -> dict[str, int]:
         with self.locked():
             counts = {s.value: self.count(s.value) for s in self.lifecycle.statuses}
@@ -529,15 +591,17 @@ class FilesStore(Store[R], FilesExtension[R]):
                 counts[str(self.lifecycle.status_of(change.record))] += 1
             return counts
 
+    @_os_errors
     def count_due(self, now: float) -> int:
         return len(self._due(now))
 
+    @_os_errors
     def count_expired(self, now: float) -> int:
         return len(self._expired(now))
 
     def scan(self) -> Iterator[R]:
         statuses = [status.value for status in self.lifecycle.statuses]
-        with self.locked():
+        with os_errors_as_store_errors(f"{self.where}: scan"), self.locked():
             records = self._scan_records(statuses)
         yield from sorted(records, key=self.lifecycle.key_of)
 

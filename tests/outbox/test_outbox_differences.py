@@ -14,9 +14,11 @@ lifecycles alone elsewhere and referenced here: planted links are never followed
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -563,3 +565,168 @@ def test_a_stored_record_the_reference_decodes_differently_is_quarantined_with_a
         assert outbox.replay(accept_all).quarantined == 1
         found[module] = reasons(outbox)
     assert found == {ref: [theirs.format(name=name)], ours: [mine.format(name=name)]}
+
+
+# --- requests: values nested deep, and a request changed after it was built ---------------
+
+
+def deeply_nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_a_version_nested_thousands_deep_is_an_invalid_request() -> None:
+    """The reference's message for an unsupported version is ``repr`` of the value,
+    which recurses once per level: a list nested 3,000 deep raises ``RecursionError``
+    from its ``CloseRequest``. lifecycles refuses it as an ``InvalidCloseRequestError``
+    naming ``version_supported``, its message showing the value down to the JSON depth
+    bound (8 levels, then ``[...]``), as for any value nested deeper than that bound;
+    within it the message is the reference's (tests/outbox/test_outbox_request_values.py
+    tries every field, a changed request, and stored records)."""
+    fields = {"run_id": "r", "transaction_id": "t", "action": "complete", "result": {}}
+    with pytest.raises(RecursionError):
+        ref.CloseRequest(**fields, version=deeply_nested(3000))
+    with pytest.raises(ours.InvalidCloseRequestError) as refused:
+        ours.CloseRequest(**fields, version=deeply_nested(3000))
+    assert refused.value.rules == ("version_supported",)
+    assert str(refused.value) == "unsupported close request version " + "[" * 9 + "..." + (
+        "]" * 9)
+    shallow = deeply_nested(5)
+    messages = []
+    for module in (ref, ours):
+        with pytest.raises(module.InvalidCloseRequestError) as refused:
+            module.CloseRequest(**fields, version=shallow)
+        messages.append(str(refused.value))
+    assert messages[0] == messages[1] == f"unsupported close request version {shallow!r}"
+
+
+@pytest.mark.parametrize(("action", "forged"), [("complete", " "), ("fail", "a  b")])
+def test_a_request_whose_error_was_changed_after_it_was_built_is_refused(
+    tmp_path: Path, action: str, forged: str
+) -> None:
+    """The constructor normalises ``error``; an ``error`` changed afterwards
+    (``object.__setattr__``) to text it would have normalised: the reference writes it
+    as given (its own next read normalises it), lifecycles refuses the request with
+    ``error_text_normalised`` (the rule a stored file holding it breaks) and writes
+    nothing, rather than store another request than the one it was given."""
+    stored = {}
+    for module in (ref, ours):
+        built = module.CloseRequest(run_id="run-diff", transaction_id="tx-1", action=action,
+                                    result={}, error="refused" if action == "fail" else "")
+        object.__setattr__(built, "error", forged)
+        outbox = module.CloseOutbox(state_dir=tmp_path / module.__name__)
+        try:
+            outbox.enqueue(built)
+        except module.InvalidCloseRequestError as error:
+            stored[module] = (error.rules, os.listdir(outbox.pending_dir))
+        else:
+            (name,) = os.listdir(outbox.pending_dir)
+            stored[module] = json.loads((outbox.pending_dir / name).read_bytes())["error"]
+    assert stored == {ref: forged, ours: (("error_text_normalised",), [])}
+
+
+# --- the store's directories: changed or gone under an open outbox, and OS errors ---------
+
+
+@pytest.mark.parametrize("change", ["delivered/ a link", "quarantine/ a file"])
+def test_a_directory_changed_under_an_open_outbox(tmp_path: Path, change: str) -> None:
+    """``delivered/`` replaced by a link (or ``quarantine/`` by a file) under an open
+    outbox, with nothing pending. The reference answers ``pending_count`` and ``replay``
+    (they touch neither directory then); a reference outbox opened afterwards accepts the
+    link (its ``mkdir`` finds a directory there, its ``chmod`` follows the link) and raises
+    ``FileExistsError`` for the file. lifecycles refuses every
+    call of the open outbox, and its constructor, with ``OutboxUnsafePathError``: each
+    call checks every directory of the layout under the lock (one ``lstat`` each)."""
+    answers: dict[ModuleType, list[str]] = {}
+    for module in (ref, ours):
+        state = tmp_path / module.__name__
+        outbox = module.CloseOutbox(state_dir=state)
+        elsewhere = tmp_path / f"elsewhere-{module.__name__}"
+        elsewhere.mkdir()
+        name = "delivered" if change.startswith("delivered") else "quarantine"
+        directory = Path(outbox.root) / name
+        directory.rmdir()
+        if name == "delivered":
+            directory.symlink_to(elsewhere)
+        else:
+            directory.write_bytes(b"")
+        answers[module] = []
+        for call in (outbox.pending_count, lambda outbox=outbox: outbox.replay(accept_all),
+                     lambda state=state, module=module: module.CloseOutbox(state_dir=state)):
+            try:
+                call()
+                answers[module].append("returned")
+            except Exception as error:
+                answers[module].append(type(error).__name__)
+    opened_again = "returned" if change.startswith("delivered") else "FileExistsError"
+    assert answers == {ref: ["returned", "returned", opened_again],
+                       ours: ["OutboxUnsafePathError"] * 3}
+
+
+@pytest.mark.parametrize("removed", ["close-outbox", "pending"])
+def test_a_directory_removed_under_an_open_outbox(tmp_path: Path, removed: str) -> None:
+    """The reference raises ``FileNotFoundError`` from each call that opens something
+    inside the removed directory (all of them for the store's own directory), and answers
+    ``pending_count`` and ``replay`` as if ``pending/`` were empty when that is the one
+    removed. lifecycles refuses every call with ``OutboxStorageError`` (an ``OSError``,
+    errno ``ENOENT``) and creates nothing again behind the caller's back: a directory
+    whose file system was unmounted would come back empty, hiding what it held.
+    Opening an outbox creates it, in both."""
+    answers: dict[ModuleType, list[object]] = {}
+    for module in (ref, ours):
+        outbox = module.CloseOutbox(state_dir=tmp_path / module.__name__)
+        outbox.enqueue(request(module, 1))
+        shutil.rmtree(outbox.root if removed == "close-outbox" else outbox.pending_dir)
+        answers[module] = []
+        for call in (outbox.pending_count, lambda outbox=outbox: outbox.replay(accept_all),
+                     lambda outbox=outbox, module=module: outbox.enqueue(request(module, 2))):
+            try:
+                answers[module].append(repr(call())[:12])
+            except OSError as error:
+                answers[module].append((type(error).__name__, errno.errorcode[error.errno]))
+        assert module.CloseOutbox(state_dir=tmp_path / module.__name__).pending_count() == 0
+    refused = ("OutboxStorageError", "ENOENT")
+    not_found = ("FileNotFoundError", "ENOENT")
+    if removed == "close-outbox":
+        assert answers[ref] == [not_found] * 3
+    else:
+        assert answers[ref] == ["0", "ReplayReport", not_found]
+    assert answers[ours] == [refused] * 3
+
+
+def test_an_os_error_is_still_an_os_error_with_its_errno(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reference lets the OS's error out as it is (an ``OSError``, or one of its
+    subclasses such as ``PermissionError``). lifecycles raises ``OutboxStorageError``:
+    a ``CloseOutboxError`` with the stable code ``close_outbox.storage_unavailable``,
+    and an ``OSError`` carrying the same ``errno``, ``strerror`` and ``filename``, so an
+    ``except OSError`` written for the reference still catches it; an ``except`` of a
+    subclass (``PermissionError``, ``FileNotFoundError``) does not
+    (tests/outbox/test_outbox_os_errors.py: a full file system, an unprivileged user,
+    a damaged file system; tests/outbox/test_outbox_faults.py: every write call)."""
+    caught = {}
+    for module in (ref, ours):
+        outbox = module.CloseOutbox(state_dir=tmp_path / module.__name__)
+        real_fsync = os.fsync
+
+        def failing(fd: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(os, "fsync", failing)
+        try:
+            outbox.enqueue(request(module, 1))
+        except OSError as error:
+            caught[module] = (type(error).__name__, error.errno, error.strerror,
+                              getattr(error, "code", None))
+        finally:
+            monkeypatch.setattr(os, "fsync", real_fsync)
+        assert os.listdir(outbox.pending_dir) == []
+    assert caught == {
+        ref: ("OSError", errno.EIO, "Input/output error", None),
+        ours: ("OutboxStorageError", errno.EIO, "Input/output error",
+               "close_outbox.storage_unavailable"),
+    }
+    assert not issubclass(ours.OutboxStorageError, PermissionError)

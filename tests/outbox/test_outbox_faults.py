@@ -8,7 +8,8 @@ the implementation makes them through `os`. Then, for each kind and each N, a fr
 the Nth call of that kind fails, and the test checks that:
 
 - the call reports the failure: it raises `OSError` carrying the injected errno, as the
-  reference does (drop-in callers may match on it), and nothing swallows it;
+  reference does (drop-in callers may match on it), and nothing swallows it; lifecycles'
+  `OSError` is its `OutboxStorageError`, with the stable code of a storage failure;
 - it acknowledges nothing that was not made durable (no receipt, no report);
 - no file descriptor is leaked (/proc/self/fd before and after);
 - no temporary file is left behind, and every file under a record name is complete;
@@ -398,6 +399,9 @@ def test_each_failing_call_is_reported_and_loses_nothing(
         assert isinstance(raised, OSError) and raised.errno == error, (
             f"{where}: raised {type(raised).__name__}: {raised!r}"
         )
+        if outbox.__name__ == "lifecycles.outbox":  # not the reference's raw OSError
+            assert type(raised) is outbox.OutboxStorageError, where
+            assert raised.code == "close_outbox.storage_unavailable", where
         del raised
         descriptors_after = open_descriptors()
         assert descriptors_after == descriptors_before, f"{where}: leaked descriptors"
