@@ -58,7 +58,7 @@ from lifecycles.machines.outbox import (
     OUTBOX,
     CopyFate,
     OutboxInputs,
-    delivery_outcome,
+    finish_delivery,
     identity_quarantined,
     pending_copy_fate,
     replay_was_interrupted,
@@ -73,6 +73,7 @@ from lifecycles.stores.files import (
     UnsafePath,
     UntrustedRecord,
 )
+from lifecycles.worker import ExclusiveWork
 
 STATE_DIR_VARIABLE = "REIN_AHARNESS_STATE_DIR"
 OUTBOX_DIRECTORY = "close-outbox"
@@ -472,6 +473,10 @@ class CloseOutbox:
         self.lock_path = self.root / OUTBOX_LAYOUT.lock_name
         with _translated_store_errors():
             self.store: FilesStore[OutboxRecord] = FilesStore(OUTBOX, self.root, OUTBOX_LAYOUT)
+        # A replay is the worker's pass for a lifecycle without a lease: the flock held
+        # for the whole replay keeps other replays out; deliver is its handler.
+        self._attempts: ExclusiveWork[OutboxRecord, OutboxInputs] = ExclusiveWork(
+            OUTBOX, "attempt", finish_delivery)
 
     def enqueue(self, request: CloseRequest) -> EnqueueReceipt:
         """Persist one intent or return its existing identical durable state."""
@@ -528,7 +533,7 @@ class CloseOutbox:
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ValueError("limit must be an integer between 1 and 1000")
-        attempted = delivered = failed = quarantined = 0
+        quarantined = 0
         pending = OutboxStatus.PENDING.value
         with _translated_store_errors(), self.store.exclusive("replay"):
             listing = self.store.first_names(pending, limit)
@@ -565,33 +570,17 @@ class CloseOutbox:
                 self.store.sweep(OutboxStatus.DELIVERED.value)
             if interrupted or quarantined:
                 self.store.sweep(OutboxStatus.QUARANTINED.value)
-            # Every attempt is durable before the first deliver call, written as one
-            # batch that shares a directory sync.
-            attempt = OutboxInputs(_now())
-            with self.store.transaction():
-                trying = [self.store.fire(record, "attempt", attempt) for record in ready]
-            # The outcomes are written as one batch too, after the last deliver call, even
-            # when a deliver call interrupts the loop: a crash before it only repeats
-            # deliveries (at-least-once), and the call returns only once all is durable.
-            outcomes: list[tuple[OutboxRecord, str, OutboxInputs]] = []
-            try:
-                for record in trying:
-                    attempted += 1
-                    failure: Exception | None = None
-                    try:
-                        deliver(request_of(record))
-                    except Exception as exc:
-                        failure = exc
-                    trigger, inputs = delivery_outcome(failure, attempt.now)
-                    outcomes.append((record, trigger, inputs))
-                    if failure is None:
-                        delivered += 1
-                    else:
-                        failed += 1
-            finally:
-                with self.store.transaction():
-                    for record, trigger, inputs in outcomes:
-                        self.store.fire(record, trigger, inputs)
+            # The worker's pass, with deliver as its handler: every attempt durable (one
+            # batch, one directory sync) before the first deliver call; the outcomes
+            # written as one batch after the last, even when a deliver call interrupts
+            # the loop. A crash before it only repeats deliveries (at-least-once), and
+            # the call returns only once all is durable.
+            outcomes = self._attempts.run(
+                self.store, ready, lambda record: deliver(request_of(record)),
+                OutboxInputs(_now()))
+            attempted = len(outcomes)
+            delivered = sum(outcome.trigger == "deliver" for outcome in outcomes)
+            failed = attempted - delivered
             # What pending/ holds now, less the copies shadowed by delivered/ (the tails
             # of interrupted moves, usually none): not pending, whatever their file.
             remaining = self.store.count(pending)

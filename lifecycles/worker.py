@@ -64,6 +64,7 @@ I = TypeVar("I")  # noqa: E741 - the inputs type of a lifecycle
 
 __all__ = [
     "Claimed",
+    "ExclusiveWork",
     "HeldLease",
     "LeaseLostError",
     "LeaseWork",
@@ -534,6 +535,57 @@ class LeaseWork(Generic[R, I]):
         status = None if record is None else str(self.lifecycle.status_of(record))
         return WorkOutcome(claimed.lease.key, claimed.record, result, step, record, refusal,
                            seconds, status)
+
+
+class ExclusiveWork(Generic[R, I]):
+    """The worker's steps for a lifecycle without a lease, whose records are taken under
+    the store's exclusive lock (the outbox's ``flock``, held by the caller for the whole
+    pass, handlers included): no other worker can take them meanwhile, so no lease is
+    needed to tell their steps apart.
+
+    One pass (:meth:`run`): ``intake`` fired on every record in one transaction (each
+    attempt durable before the first handler call), the handler called on each, and
+    ``finish``'s step for each written in one transaction after the last call, also when
+    a ``BaseException`` that is no ``Exception`` stops the pass (the outcomes so far are
+    written, then it propagates; the rest keep their intake). At-least-once: a crash
+    before the second transaction repeats the pass's handler calls.
+    """
+
+    def __init__(self, lifecycle: Lifecycle[R, I], intake: str,
+                 finish: Callable[[R, I, Result], Step[I]]) -> None:
+        self.lifecycle = lifecycle
+        self.intake = intake
+        self.finish = finish
+
+    def run(self, store: Store[R], records: Sequence[R], handler: Callable[[R], Any],
+            inputs: I) -> list[WorkOutcome[R]]:
+        """``records`` through the pass, with ``inputs`` for the intake and the outcomes;
+        one outcome per record the handler was called on, in order."""
+        with store.transaction():
+            taken = [store.fire(record, self.intake, inputs) for record in records]
+        outcomes: list[WorkOutcome[R]] = []
+
+        def fire(trigger: str, record: R, given: Any) -> R:
+            return store.fire(record, trigger, given)
+
+        finished: list[tuple[R, Result, float]] = []
+        try:
+            for record in taken:
+                started = time.perf_counter()
+                try:
+                    result: Result = Returned(handler(record))
+                except Exception as error:
+                    result = Raised(error)
+                finished.append((record, result, time.perf_counter() - started))
+        finally:
+            with store.transaction():
+                for record, result, seconds in finished:
+                    step = self.finish(record, inputs, result)
+                    after = step.fire(record, fire)
+                    outcomes.append(WorkOutcome(
+                        self.lifecycle.key_of(record), record, result, step, after, None,
+                        seconds, str(self.lifecycle.status_of(after))))
+        return outcomes
 
 
 # --- the loop --------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from lifecycles.invariants.outbox import (
 )
 from lifecycles.machines.audit import FiredBy
 from lifecycles.machines.core import Changes, Lifecycle, effect, guard
+from lifecycles.machines.work import Raised, Result, Step
 
 CODE = "close_outbox."
 CONFLICT = CODE + "conflict"
@@ -172,6 +173,17 @@ def delivery_outcome(failure: Exception | None, now: str) -> tuple[str, OutboxIn
     return "fail_delivery", OutboxInputs(now, error=error)
 
 
+def finish_delivery(
+    held: OutboxRecord, inputs: OutboxInputs, result: Result
+) -> Step[OutboxInputs]:
+    """What a replay's delivery attempt fires, once ``deliver`` returned or raised:
+    :func:`delivery_outcome` at the attempt's time."""
+    failure = result.error if isinstance(result, Raised) else None
+    trigger, outcome = delivery_outcome(
+        failure if isinstance(failure, Exception) else None, inputs.now)
+    return Step(trigger, outcome)
+
+
 def is_tail_of_a_move(before: OutboxRecord, after: OutboxRecord) -> bool:
     """``after`` is what some row of the table makes of ``before``: another status,
     reached by a row from ``before``'s, and no field changed that the row does not
@@ -247,8 +259,8 @@ OUTBOX: Lifecycle[OutboxRecord, OutboxInputs] = Lifecycle(
         "quarantined": "Set aside with a reason; never delivered automatically. Final.",
     },
     beside_the_table=[
-        delivery_outcome, pending_copy_fate, is_tail_of_a_move, identity_quarantined,
-        replay_was_interrupted,
+        delivery_outcome, finish_delivery, pending_copy_fate, is_tail_of_a_move,
+        identity_quarantined, replay_was_interrupted,
     ],
 )
 

@@ -52,6 +52,10 @@ def table_version(lifecycle: Lifecycle[Any, Any]) -> str:
         "not_allowed": lifecycle.not_allowed_code,
         "key": lifecycle.key_field,
         "lease": attrs.asdict(lifecycle.lease) if lifecycle.lease else None,
+        **({"handling": {"renewal": lifecycle.handling.renewal,
+                         "renew_at": lifecycle.handling.renew_at,
+                         "holder": lifecycle.handling.holder}}
+           if lifecycle.handling is not None else {}),
         "code": code_material(lifecycle),
     }
     rendered = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str)
@@ -77,6 +81,12 @@ def code_material(lifecycle: Lifecycle[Any, Any]) -> dict[str, str]:
             field_rule.expression if field_rule.expression is not None else field_rule.check)
     for function in lifecycle.beside_the_table:
         pieces[f"beside {_qualified(function)}"] = digest_of(function)
+    handling = lifecycle.handling
+    if handling is not None:  # what a worker's result fires is code that decides too
+        for role in ("inputs", "finish", "attempt"):
+            part = getattr(handling, role)
+            if part is not None:
+                pieces[f"handling {role}"] = digest_of(part)
     return pieces
 
 
@@ -133,7 +143,23 @@ def _function_text(function: Callable[..., Any], depth: int) -> str:
         return f"no source: {_qualified(function)}"
     if expression is not None and callable(expression) and expression is not function:
         source += _function_text(expression, depth)
-    return source
+    return source + _closure_text(function, depth)
+
+
+def _closure_text(function: Callable[..., Any], depth: int) -> str:
+    """What a function made by another one (a factory's inner function) was made with: the
+    values its closure holds, which its source names without holding (``outcomes(success=
+    "succeed", ...)`` gives the same source whatever triggers it names)."""
+    cells = getattr(function, "__closure__", None) or ()
+    names = getattr(getattr(function, "__code__", None), "co_freevars", ())
+    held = []
+    for name, cell in zip(names, cells, strict=False):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # a cell not yet filled
+            continue
+        held.append(f"{name}={canonical(value, depth + 1)}")
+    return f" closing over {', '.join(held)}" if held else ""
 
 
 def _qualified(function: object) -> str:

@@ -199,7 +199,7 @@ def test_code_without_source_is_covered_by_its_name() -> None:
 # deliberate: it says the shipped behaviour's code changed. Regenerate the pages in
 # the same commit (`lifecycles diagrams`; `lifecycles diagrams --check` fails until
 # then), and re-record the status snapshot (`lifecycles check --record-statuses`).
-PINNED_TABLE_VERSIONS = {"monitor": "6888ed4b5900", "outbox": "f23a52c825c6"}
+PINNED_TABLE_VERSIONS = {"monitor": "ac871c4173a1", "outbox": "17d8c9004010"}
 
 
 def test_the_shipped_table_versions_are_pinned() -> None:
@@ -253,3 +253,28 @@ def test_a_changed_guard_body_fails_the_diagrams_check_until_regenerated(
     assert "leased_jobs_late_completion.md" in drifted.stdout + drifted.stderr
     assert diagrams().returncode == 0
     assert diagrams("--check").returncode == 0
+
+
+def test_a_function_a_factory_made_is_versioned_with_what_it_was_made_with() -> None:
+    """outcomes() gives one source whatever triggers it names: its closure tells them apart."""
+    from lifecycles.machines.versioning import digest_of
+    from lifecycles.machines.work import outcomes
+
+    same = digest_of(outcomes(success="succeed", failure="fail"))
+    assert same == digest_of(outcomes(success="succeed", failure="fail"))
+    assert same != digest_of(outcomes(success="succeed", failure="give_up"))
+
+
+def test_the_handling_is_part_of_the_version() -> None:
+    import attrs
+
+    from lifecycles.machines.mutants import redeclared
+    from lifecycles.machines.work import outcomes
+    from lifecycles.registry import import_target
+
+    tasks = import_target(str(ROOT / "tests" / "support" / "tasks.py")).TASKS
+    assert tasks.handling is not None
+    other = redeclared(tasks, handling=attrs.evolve(
+        tasks.handling, finish=outcomes(success="succeed", failure="expire")))
+    assert other.table_version != tasks.table_version
+    assert redeclared(tasks).table_version == tasks.table_version
