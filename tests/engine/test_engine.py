@@ -421,7 +421,8 @@ def _monitor_with(table: list[dict[str, Any]]) -> Lifecycle[MonitorRecord, Monit
         final=MONITOR.final, creation=MONITOR.creation, guards=MONITOR.guards.values(),
         effects=MONITOR.effects.values(), invariants=MONITOR.invariants,
         record_type=MonitorRecord, key_field="event_id", not_allowed_code=NOT_ALLOWED,
-        lease=MONITOR.lease, beside_the_table=MONITOR.beside_the_table,
+        lease=MONITOR.lease, handling=MONITOR.handling,
+        beside_the_table=MONITOR.beside_the_table,
     )
 
 

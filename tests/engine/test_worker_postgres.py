@@ -100,7 +100,8 @@ def test_the_trigger_notifies_claimable_writes_only(
     again = open_store()
     assert isinstance(again, PostgresStore)
     ((triggers,),) = again.run(
-        "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'lc_notify_%'")
+        "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'lc_notify_%'"
+        " AND tgrelid = 'lifecycle_tasks'::regclass")
     assert triggers == 2
 
 
@@ -125,7 +126,8 @@ def test_a_role_that_may_not_create_the_trigger_still_works_by_polling() -> None
             worker_connection = connect_in(schema, user=role)
             store = PostgresStore(TASKS, worker_connection)  # no error: polling only
             assert store.run("SELECT count(*) FROM pg_trigger WHERE tgname = "
-                             "'lc_notify_insert'") == [(0,)]
+                             "'lc_notify_insert' AND tgrelid = 'lifecycle_tasks'::regclass"
+                             ) == [(0,)]
             stop = store.listen(lambda: None)
             stop()
             store.insert(new_task("task-1"))
