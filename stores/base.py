@@ -209,7 +209,8 @@ class Store(ABC, Generic[R]):
         A duplicate of another unique value is the stored data's answer to one record,
         which the caller cannot know beforehand, so it is that record's entry (raise it
         to get ``insert``'s behaviour); anything else ``insert`` raises (a record that
-        breaks an invariant, the database's failure) raises and writes nothing at all.
+        breaks an invariant, naming its key; the database's failure) raises and writes
+        nothing at all.
         """
         results: list[R | UniqueViolation] = []
         with self.transaction():
@@ -218,6 +219,10 @@ class Store(ABC, Generic[R]):
                     results.append(self.insert(record))
                 except UniqueViolation as duplicate:
                     results.append(duplicate)
+                except InvariantViolation as broken:
+                    if not broken.keys:  # which record of the batch, for the caller
+                        broken.keys = (str(self.lifecycle.key_of(record)),)
+                    raise
         return results
 
     def write(self, before: R, after: R, row: Row) -> None:
