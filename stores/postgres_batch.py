@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import tuple_row
+from psycopg.types.array import ListBinaryDumper
 
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines import lease as lease_protocol
@@ -53,6 +54,14 @@ R = TypeVar("R")
 __all__ = ["Batches", "claim_many_in_place", "insert_many", "put_many"]
 
 
+class BinaryArray(list[Any]):
+    """A batch's values of one column, sent as a binary array: psycopg writes the text of
+    an array element by element in Python (several microseconds each), the binary form in
+    a third of that (registered for this class only, on the store's connection)."""
+
+    __slots__ = ()
+
+
 def _rows(cursor: Any) -> list[tuple[Any, ...]]:
     result = cursor.pgresult
     return cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
@@ -63,6 +72,7 @@ class Batches:
     staging table is known to exist (created once per connection, committed)."""
 
     def __init__(self, store: PostgresStore[Any]) -> None:
+        store.connection.adapters.register_dumper(BinaryArray, ListBinaryDumper)
         self.inserts = InsertStatements.build(store)
         self.writes = CompareAndSetStatements.build(store)
         self.staged = False
@@ -145,7 +155,7 @@ def _insert_run(store: PostgresStore[R], statements: InsertStatements, records: 
     missing = [key for key in keys if key not in inserted]
     stored = {}
     if missing:
-        for row in store.run(statements.existing, [missing]):
+        for row in store.run(statements.existing, [BinaryArray(missing)]):
             record = store._decode(row)
             stored[store.lifecycle.key_of(record)] = record
     results: list[R | UniqueViolation] = []
@@ -189,7 +199,7 @@ def put_many(store: PostgresStore[R], writes: Sequence[tuple[R, R, Row]]) -> lis
                 stored_after[at] = value
         afters.append(stored_after)
         befores.append(compared)
-    params = [*_columns(afters, plan.types), *_columns(befores, plan.types)]
+    params: list[Any] = [*_columns(afters, plan.types), *_columns(befores, plan.types)]
     if store._depth:
         rows = store.run(plan.inside, params)
     elif store.connection.autocommit:
@@ -209,13 +219,13 @@ def put_many(store: PostgresStore[R], writes: Sequence[tuple[R, R, Row]]) -> lis
     return [at in written for at in range(1, len(writes) + 1)]
 
 
-def _columns(rows: list[list[Any]], types: Sequence[str]) -> list[list[Any]]:
+def _columns(rows: list[list[Any]], types: Sequence[str]) -> list[BinaryArray]:
     """The batch's values column by column: one array each, its numbers all floats where
     the column holds floats (an array must hold one type; a time may be an int)."""
-    columns = [list(values) for values in zip(*rows, strict=True)]
+    columns = [BinaryArray(values) for values in zip(*rows, strict=True)]
     for at, kind in enumerate(types):
         if kind == "double precision[]":
-            columns[at] = [float(v) if type(v) is int else v for v in columns[at]]
+            columns[at] = BinaryArray(float(v) if type(v) is int else v for v in columns[at])
     return columns
 
 
@@ -304,7 +314,10 @@ def _array_kind(values: list[Any]) -> str | None:
 
 
 def _bound(value: Any) -> Any:
-    """An array of numbers with a float among them, all as floats (one type per array)."""
-    if isinstance(value, list) and any(type(v) is float for v in value):
-        return [float(v) if type(v) is int else v for v in value]
-    return value
+    """A list as a :class:`BinaryArray`, its numbers all floats when a float is among them
+    (one type per array)."""
+    if not isinstance(value, list):
+        return value
+    if any(type(v) is float for v in value):
+        return BinaryArray(float(v) if type(v) is int else v for v in value)
+    return BinaryArray(value)
