@@ -266,31 +266,34 @@ class LeaseWork(Generic[R, I]):
         self, store: Store[R], finished: Sequence[tuple[Claimed[R, I], Result, float]],
         now: float,
     ) -> list[WorkOutcome[R]]:
-        """Decide every record's step first, then write them together in one transaction
-        (``put_many``); a record whose write finds it changed, or whose step the table
-        refuses on the record as claimed, is decided again alone on the record as stored,
-        in the same transaction. One outcome per record, in order; durable on return."""
+        """Decide every record's step first, then write them together (``put_many``): in one
+        transaction, or, where the store writes a batch in one statement of its own
+        (:attr:`Store.put_many_alone`), without one. A record whose write finds it changed,
+        or whose step the table refuses on the record as claimed, is then decided again
+        alone on the record as stored, in a transaction. One outcome per record, in order;
+        durable on return."""
         outcomes: list[WorkOutcome[R] | None] = [None] * len(finished)
         planned: list[tuple[int, Step[I], lease_protocol.Grant]] = []
         alone: list[tuple[int, Step[I]]] = []
-        with store.transaction():
-            for at, (claimed, result, seconds) in enumerate(finished):
-                step: Step[I] | Leave | None = None
-                try:
-                    step = self.decide(claimed, result, now)
-                    if isinstance(step, Leave):
-                        outcomes[at] = self._outcome(claimed, result, step, None, step.error,
-                                                     seconds)
-                        continue
-                    grant = lease_protocol.planned_completion(
-                        self.lifecycle, claimed.record, step.fire)
-                except self.refusals as refusal:
-                    outcomes[at] = self._outcome(claimed, result, step, None, refusal, seconds)
+        for at, (claimed, result, seconds) in enumerate(finished):
+            step: Step[I] | Leave | None = None
+            try:
+                step = self.decide(claimed, result, now)
+                if isinstance(step, Leave):
+                    outcomes[at] = self._outcome(claimed, result, step, None, step.error,
+                                                 seconds)
                     continue
-                if grant is None:
-                    alone.append((at, step))
-                else:
-                    planned.append((at, step, grant))
+                grant = lease_protocol.planned_completion(
+                    self.lifecycle, claimed.record, step.fire)
+            except self.refusals as refusal:
+                outcomes[at] = self._outcome(claimed, result, step, None, refusal, seconds)
+                continue
+            if grant is None:
+                alone.append((at, step))
+            else:
+                planned.append((at, step, grant))
+
+        def write_planned() -> None:
             written = store.put_many([(g.before, g.after, g.row) for _, _, g in planned])
             for (at, step, grant), done in zip(planned, written, strict=True):
                 if done:
@@ -299,6 +302,8 @@ class LeaseWork(Generic[R, I]):
                                                  seconds)
                 else:
                     alone.append((at, step))
+
+        def decide_alone() -> None:
             for at, step in sorted(alone, key=lambda item: item[0]):
                 claimed, result, seconds = finished[at]
                 try:
@@ -307,6 +312,17 @@ class LeaseWork(Generic[R, I]):
                     outcomes[at] = self._outcome(claimed, result, step, None, refusal, seconds)
                 else:
                     outcomes[at] = self._outcome(claimed, result, step, after, None, seconds)
+
+        if store.put_many_alone and planned:
+            write_planned()  # one statement, committed: no BEGIN, probe or COMMIT around it
+            if alone:
+                with store.transaction():
+                    decide_alone()
+        else:
+            with store.transaction():
+                if planned:
+                    write_planned()
+                decide_alone()
         done_all = [outcome for outcome in outcomes if outcome is not None]
         assert len(done_all) == len(finished)  # each record: its outcome or its refusal
         return done_all

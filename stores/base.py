@@ -179,6 +179,11 @@ class Store(ABC, Generic[R]):
 
     lifecycle: Lifecycle[R, Any]
 
+    #: Whether :meth:`put_many` called outside a transaction writes the whole batch in
+    #: one statement of its own (PostgreSQL), so that a batch needs no transaction around
+    #: it; elsewhere it writes record after record, and a caller batching writes opens one.
+    put_many_alone: ClassVar[bool] = False
+
     #: Optional: called with each newly leased record inside the claim's own
     #: transaction, after the lease is written (an audit trail of lease grants, say,
     #: written on the store's own connection). An exception it raises rolls the claim

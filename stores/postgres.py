@@ -328,6 +328,7 @@ class PostgresStore(SQLStore[R]):
     # -- batches: a few statements each, whatever their size (stores/postgres_batch.py) --
 
     _batches: object = None  # postgres_batch.Batches, built on first use
+    put_many_alone = True
 
     def insert_many(self, records: Sequence[R]) -> list[R | UniqueViolation]:
         """``COPY`` into a staging table, then one ``INSERT ... ON CONFLICT DO NOTHING``

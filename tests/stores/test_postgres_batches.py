@@ -38,8 +38,10 @@ from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines import lease
 from lifecycles.machines.core import Lifecycle, Row
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
+from lifecycles.machines.work import Returned
 from lifecycles.monitor_schema import MonitorSchema
 from lifecycles.stores.base import SchemaMismatch, Store, StoreDamaged, UniqueViolation
+from lifecycles.worker import LeaseWork
 
 require_postgres()
 
@@ -387,6 +389,34 @@ def test_claim_many_is_one_statement(
         store.claim_many(task_inputs, size)  # the last one
         assert store.claim_many(task_inputs, size) == []
     assert empty == ["WITH", "WITH"]  # nothing due, nothing expired: settled in place
+
+
+def test_a_workers_batch_completion_is_one_statement_and_a_stale_record_is_decided_alone(
+    stores: Callable[[str], PostgresStore[Any]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker writes a finished batch with put_many outside any transaction (one
+    statement, its schema guards in it); only a record found changed takes a transaction,
+    where the table decides again on the record as stored."""
+    store = emptied(stores("tasks"))
+    store.insert_many([task(number) for number in range(4)])
+    work: LeaseWork[Task, TaskInputs] = LeaseWork(TASKS, TASKS.handling)
+    claimed = work.claim(store, "w1", NOW, 30.0, limit=4)
+    sent = Sent(monkeypatch)
+    with sent.counting() as statements:
+        outcomes = work.finish_many(store, [(c, Returned(None), 0.0) for c in claimed[:2]],
+                                    NOW + 1)
+    assert statements == ["UPDATE"]
+    assert [o.status for o in outcomes] == ["succeeded", "succeeded"]
+    # Renewed by its holder since it was claimed: stale as claimed, still held.
+    stale = claimed[2]
+    with store.transaction():
+        store.fire(stale.record, "renew", attrs.evolve(stale.inputs, now=NOW + 1))
+    with sent.counting() as statements:
+        outcomes = work.finish_many(store, [(c, Returned(None), 0.0) for c in claimed[2:]],
+                                    NOW + 2)
+    assert statements[0] == "UPDATE" and statements.count("BEGIN") == 1
+    assert [o.status for o in outcomes] == ["succeeded", "succeeded"]
+    assert store.count_by_status()["succeeded"] == 4
 
 
 # --- rules refused in SQL: nothing written ------------------------------------------------
