@@ -577,6 +577,20 @@ def test_a_staging_table_created_by_a_rolled_back_batch_is_created_again() -> No
             "task-0", "task-1", "task-2", "task-3"]
 
 
+def test_batches_inside_a_transaction_commit_or_roll_back_with_it(
+    stores: Callable[[str], PostgresStore[Any]],
+) -> None:
+    store = emptied(stores("tasks"))
+    with pytest.raises(RuntimeError, match="abandon"), store.transaction():
+        assert store.insert_many([task(0), task(1)]) == [task(0), task(1)]
+        raise RuntimeError("abandon the transaction")
+    assert rows_of(store) == []
+    with store.transaction():  # two batches in one transaction: the second sees the first
+        assert store.insert_many([task(2)]) == [task(2)]
+        assert store.insert_many([task(3), task(2, due=9.0)]) == [task(3), task(2)]
+    assert [record.task_id for record in store.scan()] == ["task-2", "task-3"]
+
+
 def test_every_lifecycle_of_a_batch_claim_has_one_form() -> None:
     """The shipped and test lifecycles the batch claim runs in place on."""
     leased: list[Lifecycle[Any, Any]] = [TASKS, MONITOR]
