@@ -217,17 +217,20 @@ class ClaimStatements:
         qualified = ", ".join(f"{table}.{quote(name)}" for name in names)
         b_columns = ", ".join(f"b.{quote(name)}" for name in names)
         w_columns = ", ".join(f"w.{quote(name)}" for name in names)
+        # Whether a lease has expired and whether the schema is as verified, asked once:
+        # the write needs both, and the answer tells an empty queue from a refusal.
         statement = (
-            f"WITH picked AS (SELECT {columns} FROM {table} WHERE {form.picked}"
+            f"WITH lc_state AS MATERIALIZED (SELECT {expired} AS expired, {guard} AS verified),"
+            f" picked AS (SELECT {columns} FROM {table} WHERE {form.picked}"
             f" ORDER BY {form.order} LIMIT {input_marker(_LIMIT)}{d.skip_locked}),"
             f" numbered AS (SELECT {key} AS lc_key, row_number() OVER (ORDER BY {form.order})"
             f" AS {at} FROM picked),"
             f" claimed AS (UPDATE {table} SET {', '.join(sets)}"
-            f" FROM numbered JOIN {grants} AS g USING ({at})"
-            f" WHERE {table}.{key} = numbered.lc_key AND NOT {expired} AND {guard}"
-            f" RETURNING numbered.{at}, {qualified})"
-            f" SELECT {expired}, {guard}, b.{at}, {b_columns}, b.verdict, {w_columns}, w.verdict"
-            f" FROM (SELECT 1) AS one LEFT JOIN ("
+            f" FROM lc_state, numbered JOIN {grants} AS g USING ({at})"
+            f" WHERE {table}.{key} = numbered.lc_key AND NOT lc_state.expired"
+            f" AND lc_state.verified RETURNING numbered.{at}, {qualified})"
+            f" SELECT lc_state.expired, lc_state.verified, b.{at}, {b_columns}, b.verdict,"
+            f" {w_columns}, w.verdict FROM lc_state LEFT JOIN ("
             f"(SELECT numbered.{at}, {columns}, {verdict(d, key, form.every_rule)} AS verdict"
             f" FROM picked JOIN numbered ON picked.{key} = numbered.lc_key) AS b"
             f" JOIN (SELECT {at}, {columns}, {verdict(d, key, form.written_rules)} AS verdict"

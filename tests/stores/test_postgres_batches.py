@@ -509,6 +509,24 @@ def test_grants_reading_different_clocks_are_left_to_the_protocol(
     assert rows_of(store) == before
 
 
+def test_a_changed_binding_leases_nothing_and_is_refused() -> None:
+    """Another program rebinds the monitor's database (its meta row): the statement's
+    schema guard leases nothing, and the protocol's probe refuses the claim."""
+    with temporary_schema() as schema, connect_in(schema) as connection, connect_in(
+            schema) as other:
+        store = PostgresStore(MONITOR, connection, MonitorSchema(CAPABILITIES, MONITOR))
+        store.insert_many([monitor_record(0), monitor_record(1)])
+        other.execute("UPDATE cms_source_terminal_processing_meta"
+                      " SET expected_capabilities_sha256 = %s", ("e" * 64,))
+        before = rows_of(store)
+        assert store.claim_many_in_place(monitor_inputs, 2) is lease.UNSETTLED
+        assert rows_of(store) == before
+        with pytest.raises(SchemaMismatch) as altered:
+            store.claim_many(monitor_inputs, 2)
+        assert altered.value.code == "terminal_processing_monitor.schema_altered"
+        assert rows_of(store) == before
+
+
 def test_an_invalid_record_sends_nothing(
     stores: Callable[[str], PostgresStore[Any]], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
