@@ -27,14 +27,16 @@ backends serving them, so the server must run on this machine; its clock ticks e
 4. ``put``: the completions of a claimed batch (``succeed``), ``put_many`` inside a
    transaction as the worker writes them: one statement, against the writes back to back.
 5. ``drain``: the generic worker draining ``--drain-items`` no-op tasks with 4 processes
-   (``Worker(..., batch_size=B, concurrency=B).run(until_idle=True)``, B = 50, 100; and
-   one at a time, B = 1), beside a raw batch loop (two autocommit statements per batch,
-   no checks: a ``FOR UPDATE SKIP LOCKED`` claim of B and one completion of the B) at
-   B = 10 and 100, the ceiling any PostgreSQL queue with durable completions approaches
-   (pgqueuer's dequeue is such a claim). Every drain is verified: each task handled
-   once, all succeeded. Targets (issue 27): at least pgqueuer's rate at its default batch
-   (5,333-6,951/s in the issue's run) and at least 5x procrastinate's (447-825/s); peers
-   are not installed here, so those figures are the issue's, not this run's.
+   (``Worker(..., batch_size=B).run(until_idle=True)``, B = 50, 100: one handler at a
+   time, batches run in the worker's thread; B = 100 with ``concurrency=100``, handlers
+   on a pool of 100 threads; and one at a time, B = 1), beside a raw batch loop (two
+   autocommit statements per batch, no checks: a ``FOR UPDATE SKIP LOCKED`` claim of B
+   and one completion of the B) at B = 10 and 100, the ceiling any PostgreSQL queue
+   with durable completions approaches (pgqueuer's dequeue is such a claim). Every
+   drain is verified: each task handled once, all succeeded. Targets (issue 27): at
+   least pgqueuer's rate at its default batch (5,333-6,951/s in the issue's run) and at
+   least 5x procrastinate's (447-825/s); peers are not installed here, so those figures
+   are the issue's, not this run's.
 
 The machine is shared and noisy: read the ratios, which are measured under the same load.
 """
@@ -461,8 +463,8 @@ class Bench:
         count, processes = self.args.drain_items, 4
         print(f"5. draining {count:,} no-op tasks with {processes} processes,"
               f" {self.args.drain_rounds} rounds, every drain verified")
-        kinds = ["worker batch 100", "worker batch 50", "worker one at a time",
-                 "raw batch 100", "raw batch 10"]
+        kinds = ["worker batch 100", "worker batch 50", "worker batch 100 x 100 threads",
+                 "worker one at a time", "raw batch 100", "raw batch 10"]
         figures: dict[str, list[Measured]] = {kind: [] for kind in kinds}
         for round_number in range(self.args.drain_rounds):
             for kind in alternating(kinds, round_number):
@@ -490,10 +492,13 @@ def drain_child(dsn: str, schema: str, kind: str, start: Any, results: Any) -> N
         handled: list[str] = []
         connection = connect_to(dsn, schema)
         if kind.startswith("worker"):
-            size = 1 if kind.endswith("one at a time") else int(kind.rsplit(" ", 1)[1])
+            # "worker batch B": one handler at a time, batches of B (run in this thread);
+            # "... x N threads": N handlers at once on a thread pool, claims of up to B.
+            size = 1 if kind.endswith("one at a time") else int(kind.split()[2])
+            threads = int(kind.split()[4]) if kind.endswith("threads") else 1
             worker = Worker(TASKS, lambda: open_store("tasks", connection),
                             lambda task, held: handled.append(task.task_id),
-                            batch_size=size, concurrency=size,
+                            batch_size=size, concurrency=threads,
                             idle=Idle(poll_interval=0.05, first=0.01))
             pid = int(worker.store.connection.info.backend_pid)  # type: ignore[attr-defined]
 
