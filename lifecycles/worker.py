@@ -443,10 +443,12 @@ class LeaseWork(Generic[R, I]):
         self, store: Store[R], finished: Sequence[tuple[Claimed[R, I], Result, float]],
         now: float,
     ) -> list[WorkOutcome[R]]:
-        """Decide every record's step first, then write them together in one transaction
-        (``put_many``); a record whose write finds it changed, or whose step the table
-        refuses on the record as claimed, is decided again alone on the record as stored,
-        in the same transaction. One outcome per record, in order; durable on return."""
+        """Decide every record's step first, then write them together (``put_many``): in one
+        transaction, or, where the store writes a batch in one statement of its own
+        (:attr:`Store.put_many_alone`), without one. A record whose write finds it changed,
+        or whose step the table refuses on the record as claimed, is then decided again
+        alone on the record as stored, in a transaction. One outcome per record, in order;
+        durable on return."""
         try:
             return self._finish_many(store, finished, now)
         except StoreUnavailable:
@@ -460,24 +462,25 @@ class LeaseWork(Generic[R, I]):
         outcomes: list[WorkOutcome[R] | None] = [None] * len(finished)
         planned: list[tuple[int, Step[I], lease_protocol.Grant]] = []
         alone: list[tuple[int, Step[I]]] = []
-        with store.transaction():
-            for at, (claimed, result, seconds) in enumerate(finished):
-                step: Step[I] | Leave | None = None
-                try:
-                    step = self.decide(claimed, result, now)
-                    if isinstance(step, Leave):
-                        outcomes[at] = self._outcome(claimed, result, step, None, step.error,
-                                                     seconds)
-                        continue
-                    grant = lease_protocol.planned_completion(
-                        self.lifecycle, claimed.record, step.fire)
-                except self.refusals as refusal:
-                    outcomes[at] = self._outcome(claimed, result, step, None, refusal, seconds)
+        for at, (claimed, result, seconds) in enumerate(finished):
+            step: Step[I] | Leave | None = None
+            try:
+                step = self.decide(claimed, result, now)
+                if isinstance(step, Leave):
+                    outcomes[at] = self._outcome(claimed, result, step, None, step.error,
+                                                 seconds)
                     continue
-                if grant is None:
-                    alone.append((at, step))
-                else:
-                    planned.append((at, step, grant))
+                grant = lease_protocol.planned_completion(
+                    self.lifecycle, claimed.record, step.fire)
+            except self.refusals as refusal:
+                outcomes[at] = self._outcome(claimed, result, step, None, refusal, seconds)
+                continue
+            if grant is None:
+                alone.append((at, step))
+            else:
+                planned.append((at, step, grant))
+
+        def write_planned() -> None:
             written = store.put_many([(g.before, g.after, g.row) for _, _, g in planned])
             for (at, step, grant), done in zip(planned, written, strict=True):
                 if done:
@@ -486,6 +489,8 @@ class LeaseWork(Generic[R, I]):
                                                  seconds)
                 else:
                     alone.append((at, step))
+
+        def decide_alone() -> None:
             for at, step in sorted(alone, key=lambda item: item[0]):
                 claimed, result, seconds = finished[at]
                 try:
@@ -494,6 +499,17 @@ class LeaseWork(Generic[R, I]):
                     outcomes[at] = self._outcome(claimed, result, step, None, refusal, seconds)
                 else:
                     outcomes[at] = self._outcome(claimed, result, step, after, None, seconds)
+
+        if store.put_many_alone and planned:
+            write_planned()  # one statement, committed: no BEGIN, probe or COMMIT around it
+            if alone:
+                with store.transaction():
+                    decide_alone()
+        else:
+            with store.transaction():
+                if planned:
+                    write_planned()
+                decide_alone()
         done_all = [outcome for outcome in outcomes if outcome is not None]
         assert len(done_all) == len(finished)  # each record: its outcome or its refusal
         return done_all
@@ -656,11 +672,15 @@ class Worker(Generic[R, I]):
     and once for each process), or one store (then the worker cannot reconnect).
     ``handling`` defaults to the one declared on the lifecycle (``lifecycle.handling``).
     ``concurrency`` handlers run at once; ``batch_size`` records are claimed in one
-    transaction when that many handlers are free (1: one at a time). ``lease_seconds`` is
-    each lease's length: choose it well above the slowest handler, or declare a renewal
-    row. ``clock`` gives ``now`` (UNIX seconds); ``on_outcome`` sees each durable outcome,
-``on_error`` each store error the loop met (it then waits and tries again; an unavailable
-store is opened anew).
+    transaction when that many handlers are free (1: one at a time). With one
+    synchronous handler at a time (``concurrency=1``) and ``batch_size`` above 1, each
+    turn claims a batch, calls the handler on its records one after another in this
+    thread and writes them together (:meth:`run_batch`): the lease must then cover the
+    whole batch, as no renewal runs inside it, and a stop waits for the batch to end.
+    ``lease_seconds`` is each lease's length: choose it well above the slowest handler,
+    or declare a renewal row. ``clock`` gives ``now`` (UNIX seconds); ``on_outcome`` sees
+    each durable outcome, ``on_error`` each store error the loop met (it then waits and
+    tries again; an unavailable store is opened anew).
     """
 
     def __init__(
@@ -700,6 +720,12 @@ store is opened anew).
         self.lease_seconds = float(lease_seconds)
         self.concurrency = concurrency
         self.batch_size = batch_size
+        # One synchronous handler at a time and batches: each turn of the loop is a
+        # run_batch, its handlers called one after another in this thread (no pool: a
+        # thread hand-off per record costs more than a no-op handler's whole step).
+        # Not with a renewal row: a handler run in this thread would hold up the renewals.
+        self._batches_in_this_thread = (concurrency == 1 and batch_size > 1
+                                        and not self.is_async and declared.renewal is None)
         self.idle = idle
         self.clock = clock
         self.on_outcome = on_outcome
@@ -832,14 +858,20 @@ store is opened anew).
                 self._renew_due(running)
                 wait = None
                 if not self._stopping.is_set() and len(running) < self.concurrency:
-                    free = self.concurrency - len(running)
-                    claimed = self.work.claim(self.store, self.worker_id, self.clock(),
-                                              self.lease_seconds, limit=min(free, self.batch_size))
-                    for item in claimed:
-                        self._start(item, submit, running)
-                    if claimed:
-                        empty = 0
-                        continue
+                    if self._batches_in_this_thread:
+                        if self.run_batch():  # written and reported when it returns
+                            empty = 0
+                            continue
+                    else:
+                        free = self.concurrency - len(running)
+                        claimed = self.work.claim(
+                            self.store, self.worker_id, self.clock(), self.lease_seconds,
+                            limit=min(free, self.batch_size))
+                        for item in claimed:
+                            self._start(item, submit, running)
+                        if claimed:
+                            empty = 0
+                            continue
                     if until_idle and not running:
                         return
                     wait = self.idle.delay(empty)

@@ -89,6 +89,8 @@ class LeaseQueries(Protocol[R]):
 
     def claim_in_place(self, inputs: Any) -> object: ...
 
+    def claim_many_in_place(self, inputs_for: Callable[[int], Any], limit: int) -> object: ...
+
     def put(self, before: R, after: R, row: Row) -> None: ...
 
     def put_many(self, writes: Sequence[tuple[R, R, Row]]) -> list[bool]: ...
@@ -270,7 +272,7 @@ def claim(
         if settled is not UNSETTLED:
             return settled  # type: ignore[return-value]  # a record or None, never UNSETTLED
     # The one-transaction protocol is a batch of one.
-    granted = claim_many(store, lifecycle, lambda _: inputs, 1, on_lease)
+    granted = claim_in_transaction(store, lifecycle, lambda _: inputs, 1, on_lease)
     return granted[0] if granted else None
 
 
@@ -284,8 +286,29 @@ def claim_many(
     passing over refused ones, until ``limit`` are leased or nothing is due.
     ``inputs_for(n)`` gives the inputs of the ``n``-th grant (each lease has its own
     token); ``inputs_for(0)`` also rescues. The leases commit together or not at all.
+
+    First, as :func:`claim` does, the store's own one-statement batch claim where it has
+    one (:meth:`~LeaseQueries.claim_many_in_place`; never with ``on_lease``). It may ask
+    for the inputs of every grant up front; when it leaves the claim unsettled, the
+    protocol is given the very inputs it was given (``inputs_for`` is called once per
+    ``n``, in order), so the ``n``-th lease granted either way holds ``inputs_for(n)``.
     """
     declared_lease(lifecycle)
+    if on_lease is None:
+        minted = _Minted(inputs_for)
+        settled = store.claim_many_in_place(minted, limit)
+        if settled is not UNSETTLED:
+            return settled  # type: ignore[return-value]  # the records leased
+        inputs_for = minted
+    return claim_in_transaction(store, lifecycle, inputs_for, limit, on_lease)
+
+
+def claim_in_transaction(
+    store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs_for: Callable[[int], Any],
+    limit: int, on_lease: Callable[[R], None] | None = None,
+) -> list[R]:
+    """:func:`claim_many` decided in Python, in one store transaction: rescues, then the
+    due records in claim order, passing over refused ones."""
     granted: list[R] = []
     with store.transaction():
         first = inputs_for(0)
@@ -321,6 +344,22 @@ def claim_many(
 
 UNSETTLED = object()
 """What :func:`claim_at_a_glance` answers when the full protocol must decide."""
+
+
+class _Minted:
+    """``inputs_for``, called once per grant number, in order, and remembered: a batch
+    claim tried in place and then by the protocol hands both the same inputs."""
+
+    __slots__ = ("_inputs_for", "_minted")
+
+    def __init__(self, inputs_for: Callable[[int], Any]) -> None:
+        self._inputs_for = inputs_for
+        self._minted: list[Any] = []
+
+    def __call__(self, n: int) -> Any:
+        while len(self._minted) <= n:
+            self._minted.append(self._inputs_for(len(self._minted)))
+        return self._minted[n]
 
 
 def claim_at_a_glance(store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs: Any) -> object:

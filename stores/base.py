@@ -24,7 +24,7 @@ Guarantees every implementation documents and the conformance suite checks:
   nothing changed it since.
 * **Idempotent creation.** :meth:`Store.insert` of a key that exists writes nothing
   and returns what is stored, so the caller decides whether that is a repeat or a
-  collision.
+  collision. :meth:`Store.insert_many` does the same for a batch, in one transaction.
 * **Failures have codes.** No exception of a database driver leaves a store's
   operation: each becomes the :class:`StoreError` it means (:meth:`Store.driver_error`).
   A :class:`StoreUnavailable` says whether the failed call's write may have committed
@@ -182,6 +182,13 @@ class LeasingStore(Protocol[R]):
         cannot, or the statement leased nothing (the protocol then decides)."""
         ...
 
+    def claim_many_in_place(self, inputs_for: Callable[[int], Any], limit: int) -> object:
+        """The common batch claim (no lease expired) as one statement, its rules checked
+        before it commits: the records leased in claim order (the ``n``-th under
+        ``inputs_for(n)``; an empty list: nothing due), or ``UNSETTLED`` (the protocol
+        then decides, calling ``inputs_for`` again from 0: it must answer the same)."""
+        ...
+
     def check_schema(self) -> None: ...
 
     def count_due(self, now: float) -> int:
@@ -203,6 +210,11 @@ class Store(ABC, Generic[R]):
 
     lifecycle: Lifecycle[R, Any]
 
+    #: Whether :meth:`put_many` called outside a transaction writes the whole batch in
+    #: one statement of its own (PostgreSQL), so that a batch needs no transaction around
+    #: it; elsewhere it writes record after record, and a caller batching writes opens one.
+    put_many_alone: ClassVar[bool] = False
+
     #: Optional: called with each newly leased record inside the claim's own
     #: transaction, after the lease is written (an audit trail of lease grants, say,
     #: written on the store's own connection). An exception it raises rolls the claim
@@ -222,6 +234,32 @@ class Store(ABC, Generic[R]):
     @abstractmethod
     def insert(self, record: R) -> R:
         """Store a new record, or return the existing one under its key unchanged."""
+
+    def insert_many(self, records: Sequence[R]) -> list[R | UniqueViolation]:
+        """:meth:`insert` each of ``records``, in order, in one transaction: one entry per
+        record, what ``insert`` returns for it (the new record, or the one stored under
+        its key, a record earlier in the batch included), or the :class:`UniqueViolation`
+        ``insert`` would raise for it, which stores nothing for that record and never
+        undoes the others. Durable together when the call returns.
+
+        A duplicate of another unique value is the stored data's answer to one record,
+        which the caller cannot know beforehand, so it is that record's entry (raise it
+        to get ``insert``'s behaviour); anything else ``insert`` raises (a record that
+        breaks an invariant, naming its key; the database's failure) raises and writes
+        nothing at all.
+        """
+        results: list[R | UniqueViolation] = []
+        with self.transaction():
+            for record in records:
+                try:
+                    results.append(self.insert(record))
+                except UniqueViolation as duplicate:
+                    results.append(duplicate)
+                except InvariantViolation as broken:
+                    if not broken.keys:  # which record of the batch, for the caller
+                        broken.keys = (str(self.lifecycle.key_of(record)),)
+                    raise
+        return results
 
     def write(self, before: R, after: R, row: Row) -> None:
         """Compare-and-set: replace ``before`` by ``after``, writing only ``row``'s fields.
@@ -308,6 +346,11 @@ class Store(ABC, Generic[R]):
 
     def claim_in_place(self, inputs: Any) -> object:
         """``UNSETTLED`` by default: claims are decided in Python (see :class:`LeasingStore`)."""
+        return lease_protocol.UNSETTLED
+
+    def claim_many_in_place(self, inputs_for: Callable[[int], Any], limit: int) -> object:
+        """``UNSETTLED`` by default: batch claims are decided in Python (see
+        :class:`LeasingStore`)."""
         return lease_protocol.UNSETTLED
 
     def recover_expired(self, inputs: Any) -> list[R]:

@@ -63,8 +63,8 @@ from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import tuple_row
 
 from lifecycles.machines import lease as lease_protocol
-from lifecycles.machines.core import Lifecycle, TransitionRefused
-from lifecycles.stores import postgres_notify
+from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
+from lifecycles.stores import postgres_batch, postgres_notify
 from lifecycles.stores.base import (
     CommitUncertain,
     SchemaMismatch,
@@ -72,6 +72,7 @@ from lifecycles.stores.base import (
     StoreError,
     StoreUnavailable,
     TransactionNested,
+    UniqueViolation,
 )
 from lifecycles.stores.codecs import from_json_or_none, json_or_none
 from lifecycles.stores.sql import Codec, Column, Dialect, SQLSchema, SQLStore
@@ -341,6 +342,26 @@ class PostgresStore(SQLStore[R]):
             )
         self._remember(leased, written_values)
         return leased
+
+    # -- batches: a few statements each, whatever their size (stores/postgres_batch.py) --
+
+    _batches: object = None  # postgres_batch.Batches, built on first use
+    put_many_alone = True
+
+    def insert_many(self, records: Sequence[R]) -> list[R | UniqueViolation]:
+        """``COPY`` into a staging table, then one ``INSERT ... ON CONFLICT DO NOTHING``
+        (:func:`lifecycles.stores.postgres_batch.insert_many`)."""
+        return postgres_batch.insert_many(self, records)
+
+    def put_many(self, writes: Sequence[tuple[R, R, Row]]) -> list[bool]:
+        """One compare-and-set ``UPDATE`` for the whole batch, inside a transaction or as a
+        statement of its own (:func:`lifecycles.stores.postgres_batch.put_many`)."""
+        return postgres_batch.put_many(self, writes)
+
+    def claim_many_in_place(self, inputs_for: Callable[[int], Any], limit: int) -> object:
+        """The common batch claim as one statement, on an autocommit connection outside any
+        transaction (:func:`lifecycles.stores.postgres_batch.claim_many_in_place`)."""
+        return postgres_batch.claim_many_in_place(self, inputs_for, limit)
 
     def alone(self, statement: str, params: Sequence[Any]) -> int:
         if not self.connection.autocommit:

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from lifecycles.stores.sql import SQLStore
     from lifecycles.stores.sql_dialect import Dialect
 
-__all__ = ["ClaimInPlace", "claim_in_place", "verdict"]
+__all__ = ["ClaimForm", "ClaimInPlace", "claim_form", "claim_in_place", "verdict"]
 
 RULE_BROKEN = "lifecycles: the claimed record breaks a rule"
 """The text the statement fails to read as an integer when the written record breaks a
@@ -63,8 +63,23 @@ class ClaimInPlace:
         return values[: self.width], values[self.width + 1 : 2 * self.width + 1]
 
 
-def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
-    """The claim statement of ``store`` (PostgreSQL), or why there is none."""
+@attrs.frozen
+class ClaimForm:
+    """The claim rows of a store's table as SQL text, input markers in place
+    (:func:`~lifecycles.stores.sql_rules.input_marker`): which records the claim picks
+    (due, and granted or broken), what it sets, and the rules checked on the record as
+    it was (``every_rule``) and as written (``written_rules``). Shared by the one-record
+    claim below and the batch claim (:mod:`lifecycles.stores.sql_batch`)."""
+
+    picked: str
+    assignments: dict[str, str]
+    every_rule: str
+    written_rules: str
+    order: str
+
+
+def claim_form(store: SQLStore[Any]) -> ClaimForm | str:
+    """The claim of ``store`` in SQL (PostgreSQL), or why there is none."""
     lifecycle, d = store.lifecycle, store.dialect
     lease = lifecycle.lease
     if lease is None:
@@ -101,18 +116,27 @@ def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
     written_rules = health.rules_reading(set(lifecycle.writes(next(iter(rows.values())))))
     if any(d.param in text for text in [every_rule, *guards, *assignments.values()]):
         return "a rule's SQL holds the parameter marker"  # it would be numbered as one
+    now = input_marker("now")
+    # The first due record the guards grant, or a broken one before it: the protocol
+    # passes over a record its guards refuse, but refuses a broken one (the rule check
+    # of the statement fails it, and the protocol reads it and says so).
+    granted = " AND ".join(guards) or "1 = 1"
+    broken = f"(CASE WHEN {every_rule} THEN 0 ELSE 1 END) = 1"
+    picked = f"{due_clause(d, lifecycle, now)} AND (({granted}) OR {broken})"
+    return ClaimForm(picked, assignments, every_rule, written_rules,
+                     ", ".join(map(d.quote, lease.order_by)))
 
+
+def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
+    """The claim statement of ``store`` (PostgreSQL), or why there is none."""
+    form = claim_form(store)
+    if isinstance(form, str):
+        return form
+    lifecycle, d = store.lifecycle, store.dialect
     quote = d.quote
     table, key = quote(store.schema.table), quote(lifecycle.key_field)
     now = input_marker("now")
     columns = ", ".join(map(quote, store.schema.column_names))
-    order = ", ".join(map(quote, lease.order_by))
-    # The first due record the guards grant, or a broken one before it: the protocol
-    # passes over a record its guards refuse, but refuses a broken one (here the rule
-    # check below fails the statement, and the protocol reads it and says so).
-    granted = " AND ".join(guards) or "1 = 1"
-    broken = f"(CASE WHEN {every_rule} THEN 0 ELSE 1 END) = 1"
-    picked = f"{due_clause(d, lifecycle, now)} AND (({granted}) OR {broken})"
     meta, _ = d.meta_guard(store.schema)
     schema_as_verified = d.catalogue_guard(store.schema) + (f" AND {meta}" if meta else "")
 
@@ -122,17 +146,17 @@ def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
         before commit)."""
         return f"(SELECT {columns}, {verdict(d, key, rules)} AS verdict FROM {source})"
 
-    sets = ", ".join(f"{quote(name)} = {value}" for name, value in assignments.items())
+    sets = ", ".join(f"{quote(name)} = {value}" for name, value in form.assignments.items())
     statement = (
-        f"WITH pick AS (SELECT {key} FROM {table} WHERE {picked}"
-        f" ORDER BY {order} LIMIT 1{d.skip_locked}),"
+        f"WITH pick AS (SELECT {key} FROM {table} WHERE {form.picked}"
+        f" ORDER BY {form.order} LIMIT 1{d.skip_locked}),"
         f" was AS (SELECT {columns} FROM {table} WHERE {key} = (SELECT {key} FROM pick)),"
         f" claimed AS (UPDATE {table} SET {sets} WHERE {key} = (SELECT {key} FROM pick)"
         f" AND NOT EXISTS (SELECT 1 FROM {table} AS expired"
         f" WHERE {expired_clause(d, lifecycle, now, 'expired')})"
         f" AND {schema_as_verified} RETURNING {columns})"
-        f" SELECT before.*, written.* FROM {holds('was', every_rule)} AS before,"
-        f" {holds('claimed', written_rules)} AS written"
+        f" SELECT before.*, written.* FROM {holds('was', form.every_rule)} AS before,"
+        f" {holds('claimed', form.written_rules)} AS written"
     )
     sql, inputs = bind_inputs(statement, d.param)
     return ClaimInPlace(numbered(sql, d.param), inputs, len(store.schema.column_names))

@@ -71,6 +71,9 @@ class Answers:
     def claim_in_place(self, inputs: Any) -> object:
         return lease.UNSETTLED  # the protocol decides every claim in Python here
 
+    def claim_many_in_place(self, inputs_for: Any, limit: int) -> object:
+        return lease.UNSETTLED  # and every batch claim
+
     def glance(self, now: float) -> lease.Glance[Any] | None:
         if not self.glancing:
             return None

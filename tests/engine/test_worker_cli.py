@@ -57,6 +57,16 @@ def final_counts(path: Path) -> Counter[str]:
         connection.close()
 
 
+def lease_holders(path: Path) -> set[int]:
+    """The process ids of the workers holding a lease now (a worker id is host:pid)."""
+    connection = sqlite3.connect(path)
+    try:
+        return {int(worker.rsplit(":", 1)[1]) for (worker,) in connection.execute(
+            "SELECT worker_id FROM lifecycle_tasks WHERE status = 'running'")}
+    finally:
+        connection.close()
+
+
 def worker_command(*options: str) -> list[str]:
     return [sys.executable, "-m", "lifecycles", "worker", "tasks",
             "--module", str(TASKS_MODULE), *options]
@@ -85,7 +95,14 @@ def test_four_processes_drain_every_task_to_a_final_status_with_one_killed(
             time.sleep(0.02)
         children = worker_processes(supervisor.pid)
         assert len(children) == 4
-        os.kill(children[0], signal.SIGKILL)  # mid-run: its leases are left to expire
+        # Mid-run, a process holding a lease (one waiting for SQLite's write lock holds
+        # none, and its death would rescue nothing): its leases are left to expire.
+        victim = None
+        while victim is None and time.monotonic() < deadline:
+            holders = lease_holders(database)
+            victim = next((pid for pid in children if pid in holders), None)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
         while final_counts(database)["succeeded"] < count and time.monotonic() < deadline:
             time.sleep(0.1)
     finally:

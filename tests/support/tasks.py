@@ -4,7 +4,8 @@ protocol and the stores are tested on it, not through the shipped monitor and ou
 A task waits (``queued``) until it is due, is leased to a worker (``running``), and ends
 ``succeeded`` or, once its attempts are spent or a failure is permanent, ``failed``; a
 failed attempt or an expired lease puts it back in the queue with a backoff. A running
-task's lease may be renewed by its holder.
+task's lease may be renewed by its holder. Its invariants are expressions, so that a SQL
+store can check them on its side too (PostgreSQL's claims, batch claims and health).
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ import attrs
 
 from lifecycles.invariants.core import (
     InvariantSet,
+    expressed,
     finite_time,
     integer_between,
-    invariant,
     matches,
     non_negative_integer,
     one_of,
     step_invariant,
 )
+from lifecycles.invariants.expressions import Expr, Fields, all_of, any_of, if_else
 from lifecycles.machines.core import Changes, Lease, Lifecycle, effect, guard
 from lifecycles.machines.work import Handling, outcomes
 
@@ -168,23 +170,23 @@ def give_up_after_expiry(r: R, i: I) -> Changes:
             "updated_at": i.now}
 
 
-@invariant
-def lease_fields_iff_running(r: R) -> bool:
+@expressed
+def lease_fields_iff_running(r: Fields[Task]) -> Expr:
     """Worker, token and expiry are set exactly while running."""
-    present = [r.worker_id is not None, r.lease_token is not None, r.lease_expires_at is not None]
-    return all(present) if r.status == TaskStatus.RUNNING else not any(present)
+    present = [getattr(r, name).is_not_none() for name in LEASE_FIELDS]
+    return if_else(r.status == TaskStatus.RUNNING, all_of(*present), ~any_of(*present))
 
 
-@invariant
-def attempts_within_max(r: R) -> bool:
+@expressed
+def attempts_within_max(r: Fields[Task]) -> Expr:
     """attempts never exceeds max_attempts."""
     return r.attempts <= r.max_attempts
 
 
-@invariant
-def failed_with_an_error(r: R) -> bool:
+@expressed
+def failed_with_an_error(r: Fields[Task]) -> Expr:
     """A failed task carries the error that failed it."""
-    return r.status != TaskStatus.FAILED or r.last_error is not None
+    return (r.status != TaskStatus.FAILED) | r.last_error.is_not_none()
 
 
 @step_invariant
