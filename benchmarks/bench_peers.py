@@ -386,12 +386,12 @@ def judge(targets: Sequence[Target], medians: dict[str, dict[str, float]],
                  f" {', '.join(target.against)} ({where}):")
         rates = medians.get(target.section)
         if rates is None:
-            print(f"{label} not measured (section {target.section} not run)")
+            print(f"{label} not measured in this run")
             continue
         against = [rates[name] for name in target.against if name in rates]
         if not against:
-            print(f"{label} skipped ({', '.join(sorted(uninstalled)) or 'its entries'} not"
-                  " measured)")
+            print(f"{label} skipped: {' and '.join(target.against)} not measured"
+                  + (f" ({', '.join(sorted(uninstalled))} not installed)" if uninstalled else ""))
             continue
         if target.entry not in rates:
             passed = False
@@ -464,7 +464,7 @@ def main() -> int:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         admin.close()
     medians: dict[str, dict[str, float]] = {}
-    if "drain" in measured:
+    if "drain" in measured and TARGET_PROCESSES in args.processes:
         medians["drain"] = {name: median([d.rate for d in runs])
                             for (name, processes), runs in measured["drain"].items()
                             if processes == TARGET_PROCESSES}

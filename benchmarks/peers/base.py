@@ -103,7 +103,14 @@ class Drainer(ABC):
 
 def missing_modules(modules: Iterable[str]) -> list[str]:
     """The modules of ``modules`` that cannot be imported here."""
-    return [name for name in modules if importlib.util.find_spec(name) is None]
+    return [name for name in modules if not importable(name)]
+
+
+def importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a finder that refuses it, or a dotted name's missing parent
+        return False
 
 
 def cpu_seconds() -> float:

@@ -7,7 +7,9 @@ need: these run the harness's own logic, and lifecycles' entry on the real serve
 
 from __future__ import annotations
 
+import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -146,8 +148,8 @@ def test_a_target_against_peers_not_measured_is_skipped(
     passed = bench_peers.judge([target], {"enqueue": {"lifecycles register_many": 3000.0}},
                                {}, {"procrastinate"})
     assert passed
-    assert capsys.readouterr().out.splitlines()[-1].endswith("skipped (procrastinate not"
-                                                             " measured)")
+    assert capsys.readouterr().out.splitlines()[-1].endswith(
+        "skipped: procrastinate batch_defer not measured (procrastinate not installed)")
 
 
 def test_issue_27s_worker_targets_ask_for_durable_completions() -> None:
@@ -168,6 +170,45 @@ def test_without_a_server_it_says_so_and_exits_non_zero() -> None:
     assert result.returncode == bench_peers.NO_SERVER == 3
     assert result.stdout.startswith("PostgreSQL not reachable at postgresql://postgres@127.0"
                                     ".0.1:1/test (OperationalError:")
+
+
+# Loaded at start-up through PYTHONPATH: the peers' modules cannot be found, as in an
+# install without the bench extra.
+WITHOUT_PEERS = """
+import sys
+
+class WithoutPeers:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("procrastinate", "pgqueuer", "asyncpg", "uvloop"):
+            raise ModuleNotFoundError(name)
+        return None
+
+sys.meta_path.insert(0, WithoutPeers())
+"""
+
+
+ENQUEUE_ROW = re.compile(r"^   (\S.*?) +\d+ +\d+\.\.\d+$")  # name, items/s, min..max
+
+
+def test_without_the_peers_it_names_them_and_measures_the_rest(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(WITHOUT_PEERS)
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_peers.py"), "--dsn", require_postgres(),
+         "--items", "20", "--rounds", "1", "--sections", "enqueue"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:2] == [
+        f"missing peer: {name} (no module {modules}; install the bench extra: pip install -e"
+        " '.[dev,bench]'); measuring the rest"
+        for name, modules in (("pgqueuer", "pgqueuer, asyncpg"), ("procrastinate", "procrastinate"))
+    ]
+    rows = [match[1] for line in lines if (match := ENQUEUE_ROW.match(line))]
+    assert rows == ["lifecycles register", "lifecycles register_many"]
+    assert lines[-1].endswith("skipped: procrastinate batch_defer not measured (pgqueuer,"
+                              " procrastinate not installed)")
 
 
 # --- lifecycles' entries on the real server -----------------------------------------------
