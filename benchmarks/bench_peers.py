@@ -260,11 +260,15 @@ def drain(drainer: Drainer, processes: int, databases: Databases, items: Sequenc
                 worker.join(timeout=10)
     problems = handling_problems(items, reports) + system.final_problems(dsn, items)
     if problems:
-        raise DrainFailed(f"{drainer.name}, {processes} processes: " + "; ".join(problems))
+        raise DrainFailed(f"{drainer.name}, {counted(processes)}: " + "; ".join(problems))
     return summary(len(items), reports, server.spent(before, after))
 
 
 # --- the sections -------------------------------------------------------------------------
+
+
+def counted(processes: int) -> str:
+    return f"{processes} process" + ("es" if processes > 1 else "")
 
 
 def alternating(entries: Sequence[Any], turn: int) -> Sequence[Any]:
@@ -297,7 +301,7 @@ def section_drain(args: argparse.Namespace, drainers: Sequence[Drainer], databas
           " none run twice")
     counts = args.processes
     last = counts[-1]
-    header = "".join(f"{f'{n} process' + ('es' if n > 1 else ''):>22}" for n in counts)
+    header = "".join(f"{counted(n):>22}" for n in counts)
     print(f"   {'':<34}{header}{'x run_once':>12}{'CPU us/item':>16}"
           f"{'commit after handler':>23}  durable")
     print(f"   {'entry':<34}" + "".join(f"{'items/s':>10}{'min..max':>12}" for _ in counts)
@@ -341,7 +345,7 @@ def durability_note(drainers: Sequence[Drainer], results: Drains, processes: int
         print(f"   {committed.name}: the same with each completion committed before its"
               f" job's dispatch ends (pgqueuer has no setting for it: its completion buffer"
               f" replaced in the worker processes): {ratio:.2f} of its buffered rate at"
-              f" {processes} processes")
+              f" {counted(processes)}")
 
 
 Enqueues = dict[str, list[float]]

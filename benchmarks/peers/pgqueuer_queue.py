@@ -16,6 +16,7 @@ dispatch ends (:class:`CommittedJobStatusLog`): what durability costs pgqueuer.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import time
 from collections import Counter
 from collections.abc import Coroutine, Sequence
@@ -33,12 +34,16 @@ def run(coroutine: Coroutine[Any, Any, Any]) -> Any:
     return asyncio_run(coroutine)
 
 
+async def asyncpg_connect(dsn: str) -> Any:
+    """An asyncpg connection to ``dsn`` (asyncpg ships no type information)."""
+    return await importlib.import_module("asyncpg").connect(dsn)
+
+
 async def queries_on(dsn: str) -> tuple[Any, Any]:
     """An asyncpg connection to ``dsn`` and pgqueuer's ``Queries`` on it."""
-    import asyncpg
     from pgqueuer import AsyncpgDriver, Queries
 
-    connection = await asyncpg.connect(dsn)
+    connection = await asyncpg_connect(dsn)
     return connection, Queries(AsyncpgDriver(connection))
 
 
@@ -157,12 +162,12 @@ def recorded_queries(driver: Any, recorder: Recorder) -> Any:
     and of each completion once its statement returned (committed: asyncpg autocommits)."""
     from pgqueuer import Queries
 
-    class RecordedQueries(Queries):  # type: ignore[misc]
+    class RecordedQueries(Queries):
         async def dequeue(self, *args: Any, **kwargs: Any) -> Any:
             recorder.claiming()
             return await super().dequeue(*args, **kwargs)
 
-        async def log_jobs(self, job_status: list[tuple[Any, str, Any]]) -> None:
+        async def log_jobs(self, job_status: Any) -> None:
             await super().log_jobs(job_status)
             recorder.completed(job.payload.decode() for job, status, _ in job_status
                                if status == "successful")
@@ -176,13 +181,13 @@ def commit_each_completion() -> None:
     when it starts, so the replacement is what it builds)."""
     from pgqueuer.core import buffers
 
-    class CommittedJobStatusLog(buffers.JobStatusLogBuffer):  # type: ignore[misc]
+    class CommittedJobStatusLog(buffers.JobStatusLogBuffer):
         """A completion is logged (and committed) before ``add`` returns."""
 
         async def add(self, item: Any) -> None:
             await self.flush_items([item])
 
-    buffers.JobStatusLogBuffer = CommittedJobStatusLog
+    buffers.JobStatusLogBuffer = CommittedJobStatusLog  # type: ignore[misc]
 
 
 class PgqueuerWorker(Drainer):
@@ -204,11 +209,10 @@ class PgqueuerWorker(Drainer):
         run(self._work(dsn, recorder))
 
     async def _work(self, dsn: str, recorder: Recorder) -> None:
-        import asyncpg
         from pgqueuer import AsyncpgDriver, QueueManager
         from pgqueuer.domain.types import QueueExecutionMode
 
-        connection = await asyncpg.connect(dsn)
+        connection = await asyncpg_connect(dsn)
         try:
             manager = QueueManager(recorded_queries(AsyncpgDriver(connection), recorder))
 

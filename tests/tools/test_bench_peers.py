@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from support.monitor import TABLE
 from support.postgres import connect_in, require_postgres, temporary_schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -29,7 +30,7 @@ from peers.base import (
     keys_problems,
     missing_modules,
 )
-from peers.monitor import DRAINED_AT, MONITOR, TABLE, RunMany, RunOnce, open_monitor
+from peers.monitor import DRAINED_AT, MONITOR, RunMany, RunOnce, open_monitor
 
 BENCHMARKS = Path(bench_peers.__file__).parent
 ITEMS = item_ids(6)
