@@ -35,8 +35,8 @@ entry of lifecycles that this build does not have yet is FAIL, "not available in
 build"; one whose peer is not installed is skipped). The peers come from the ``bench``
 extra (``pip install -e '.[dev,bench]'``); without them the run says which are missing
 and measures the rest. Without a PostgreSQL server it says so and exits 3 (which
-run.py reports as not run). The default run takes about five minutes on a 2-core
-machine, most of it procrastinate's drains.
+run.py reports as not run). The default run took 10 to 18 minutes on this shared 2-core
+machine (load average 5 to 10), most of it procrastinate's drains.
 """
 
 from __future__ import annotations
