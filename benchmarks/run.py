@@ -4,7 +4,10 @@
 
 Each `bench_*.py` runs in its own process (so one cannot warm the other's caches),
 one after another; its output is printed when it ends, with the time it took. The exit status is 1
-when a benchmark crashes, or, with `--strict`, when one reports a FAIL target.
+when a benchmark crashes, or, with `--strict`, when one reports a FAIL target or could not run
+here: a benchmark exits 3 when what it measures on is missing (`bench_peers.py` without a
+PostgreSQL server), reported as "not run". `bench_peers.py` measures procrastinate and
+pgqueuer beside lifecycles when the `bench` extra is installed, and the rest without it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+NOT_RUN = 3  # a benchmark's exit status when what it measures on is missing here
 
 
 def benchmarks(only: list[str]) -> list[Path]:
@@ -35,6 +39,7 @@ def main() -> int:
         print(f"no benchmark matches {args.only}", file=sys.stderr)
         return 1
     broken: list[str] = []
+    not_run: list[str] = []
     failed_targets: list[str] = []
     for path in selected:
         print(f"== {path.name}", flush=True)
@@ -45,15 +50,19 @@ def main() -> int:
         sys.stdout.write(result.stdout)
         sys.stderr.write(result.stderr)
         print(f"   ({time.perf_counter() - started:.0f} s, exit {result.returncode})\n", flush=True)
-        if result.returncode != 0:
+        if result.returncode == NOT_RUN:
+            not_run.append(path.name)
+        elif result.returncode != 0:
             broken.append(path.name)
         if any("FAIL" in line.split() for line in result.stdout.splitlines()):
             failed_targets.append(path.name)
     if broken:
         print(f"crashed: {', '.join(broken)}")
+    if not_run:
+        print(f"not run: {', '.join(not_run)}")
     if failed_targets:
         print(f"targets missed in: {', '.join(failed_targets)}")
-    return 1 if broken or (args.strict and failed_targets) else 0
+    return 1 if broken or (args.strict and (failed_targets or not_run)) else 0
 
 
 if __name__ == "__main__":
