@@ -68,7 +68,16 @@ from peers.base import (
     missing_modules,
     run_worker,
 )
-from peers.monitor import MONITOR, Register, RegisterMany, RunMany, RunOnce
+from peers.monitor import (
+    MONITOR,
+    Register,
+    RegisterMany,
+    RegisterPairByPair,
+    RunMany,
+    RunOnce,
+    WorkerBatch,
+    WorkerOne,
+)
 from peers.pgqueuer_queue import PGQUEUER, ListEnqueue, PgqueuerWorker
 from peers.procrastinate_queue import PROCRASTINATE, BatchDefer, ProcrastinateWorker
 
@@ -79,11 +88,12 @@ DRAIN_TIMEOUT = 1800.0  # seconds a drain may take before the run gives up on it
 
 SYSTEMS: list[System] = [MONITOR, PROCRASTINATE, PGQUEUER]
 DRAINERS: list[Drainer] = [
-    RunOnce(), RunMany(),
+    RunOnce(), RunMany(), WorkerOne(), WorkerBatch(),
     ProcrastinateWorker(1), ProcrastinateWorker(10),
     PgqueuerWorker(10), PgqueuerWorker(100), PgqueuerWorker(10, durable=True),
 ]
-ENQUEUERS: list[Enqueuer] = [Register(), RegisterMany(), BatchDefer(), ListEnqueue()]
+ENQUEUERS: list[Enqueuer] = [
+    Register(), RegisterMany(), RegisterPairByPair(), BatchDefer(), ListEnqueue()]
 
 # The generic Worker's entries, when this build has them (issue 27's targets name them).
 WORKER_ONE = "lifecycles Worker one at a time"
@@ -108,6 +118,8 @@ TARGETS = [
     Target(WORKER_BATCH, PROCRASTINATE_DRAINERS, 5.0, "drain", durable=True),
     Target(WORKER_ONE, ("lifecycles run_once",), 1.0, "drain", durable=True),
     Target("lifecycles register_many", ("procrastinate batch_defer",), 0.8, "enqueue"),
+    Target("lifecycles register_many", ("lifecycles register_many, pair by pair",), 5.0,
+           "enqueue"),
 ]
 
 

@@ -98,7 +98,7 @@ from lifecycles.monitor_values import (
     outcome_of,
     status_of,
 )
-from lifecycles.stores.base import StaleRecord
+from lifecycles.stores.base import StaleRecord, UniqueViolation
 from lifecycles.stores.sql import SQLStore
 from lifecycles.worker import REFUSALS, LeaseWork, new_lease_token
 
@@ -249,9 +249,41 @@ class DurableTerminalProcessingMonitor:
             try:
                 if type(pair) is not tuple or len(pair) != 2:
                     raise refused("notification_is_object")
-                records.append(self._notification_record(*pair, max_failures, moment))
+                made = self._notification_record(*pair, max_failures, moment)
+                with public_errors(self.store):
+                    records.append(MONITOR.create(made))
             except TerminalProcessingMonitorBlocked as refusal:
                 records.append(refusal)
+        valid = [record for record in records if isinstance(record, MonitorRecord)]
+        try:
+            # One set-based write where the store has one (PostgreSQL: COPY, then one
+            # INSERT and one SELECT of the keys already stored).
+            with public_errors(self.store):
+                stored = iter(self.store.insert_many(valid))
+        except StateInvalid:
+            # A stored record under one of these event ids breaks a rule, and the batch
+            # wrote nothing: decided pair by pair, each refusal in its pair's place.
+            return self._register_each(records, moment)
+        results: list[TerminalProcessingStatus | TerminalProcessingMonitorBlocked] = []
+        for record in records:
+            if isinstance(record, TerminalProcessingMonitorBlocked):
+                results.append(record)
+                continue
+            answer = next(stored)
+            try:
+                if isinstance(answer, UniqueViolation):  # another event holds its notification id
+                    raise blocked(CODE + "idempotency_collision")
+                with public_errors(self.store):
+                    results.append(self._registered(record, answer, moment))
+            except (InputInvalid, StateInvalid) as refusal:  # this pair's alone
+                results.append(refusal)
+        return results
+
+    def _register_each(
+        self, records: list[MonitorRecord | TerminalProcessingMonitorBlocked], now: float,
+    ) -> list[TerminalProcessingStatus | TerminalProcessingMonitorBlocked]:
+        """``register_many``'s records one by one, in one transaction, each refusal in its
+        place (the path a stored record that breaks a rule takes)."""
         results: list[TerminalProcessingStatus | TerminalProcessingMonitorBlocked] = []
         with public_errors(self.store), self.store.transaction():
             for record in records:
@@ -259,7 +291,7 @@ class DurableTerminalProcessingMonitor:
                     if isinstance(record, TerminalProcessingMonitorBlocked):
                         raise record
                     with public_errors(self.store):
-                        results.append(self._store_registration(record, moment))
+                        results.append(self._store_registration(record, now))
                 except (InputInvalid, StateInvalid) as refusal:  # this pair's alone
                     results.append(refusal)
         return results
@@ -267,7 +299,15 @@ class DurableTerminalProcessingMonitor:
     def _store_registration(self, record: MonitorRecord, now: float) -> TerminalProcessingStatus:
         with unique_is_collision():
             stored = self.store.insert(MONITOR.create(record))
-        if stored is not record:  # already registered: the table's register row decides
+        return self._registered(record, stored, now)
+
+    @staticmethod
+    def _registered(record: MonitorRecord, stored: MonitorRecord, now: float
+                    ) -> TerminalProcessingStatus:
+        """The status of a registration, from what the store holds under its event id:
+        ``record`` itself when it was new; otherwise the table's ``register`` row decides
+        (the same notification again, or ``idempotency_collision``)."""
+        if stored is not record:
             MONITOR.fire("register", stored, MonitorInputs(now=now, registration=record))
         return status_of(stored, now)  # the record the store returned: no second read
 

@@ -720,12 +720,12 @@ class Worker(Generic[R, I]):
         self.lease_seconds = float(lease_seconds)
         self.concurrency = concurrency
         self.batch_size = batch_size
-        # One synchronous handler at a time and batches: each turn of the loop is a
-        # run_batch, its handlers called one after another in this thread (no pool: a
-        # thread hand-off per record costs more than a no-op handler's whole step).
+        # One synchronous handler at a time: each turn of the loop is a run_batch (one
+        # record, or a batch), its handlers called one after another in this thread (no
+        # pool: a thread hand-off per record costs more than a no-op handler's step).
         # Not with a renewal row: a handler run in this thread would hold up the renewals.
-        self._batches_in_this_thread = (concurrency == 1 and batch_size > 1
-                                        and not self.is_async and declared.renewal is None)
+        self._batches_in_this_thread = (concurrency == 1 and not self.is_async
+                                        and declared.renewal is None)
         self.idle = idle
         self.clock = clock
         self.on_outcome = on_outcome

@@ -373,6 +373,17 @@ class PostgresStore(SQLStore[R]):
         except Exception as error:
             self.raise_store_error(error, committing=True)  # the statement is its commit
 
+    def _committed_rows(self, statement: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Run one statement that is a transaction of its own, on an autocommit connection
+        outside any transaction: its rows. A connection lost while it ran may have
+        committed it: :class:`CommitUncertain`."""
+        self._ready()
+        try:
+            with self._cursor(statement, params) as cursor:
+                return _rows(cursor)
+        except Exception as error:
+            self.raise_store_error(error, committing=True)  # the statement is its commit
+
     def statement_savepoint(self) -> AbstractContextManager[Any]:
         # A failed statement aborts the whole transaction in PostgreSQL; when the
         # caller's transaction holds more work, a savepoint keeps that work usable.

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
-from psycopg.pq import ExecStatus, TransactionStatus
+from psycopg.pq import ExecStatus
 from psycopg.rows import tuple_row
 from psycopg.types.array import ListBinaryDumper
 
@@ -203,10 +203,7 @@ def put_many(store: PostgresStore[R], writes: Sequence[tuple[R, R, Row]]) -> lis
     if store._depth:
         rows = store.run(plan.inside, params)
     elif store.connection.autocommit:
-        with store.driver_errors():
-            if store.connection.info.transaction_status != TransactionStatus.IDLE:
-                raise store.nested()
-            rows = store.run(plan.alone, [*params, *store._guard_params])
+        rows = store._committed_rows(plan.alone, [*params, *store._guard_params])
     else:
         with store.transaction():
             rows = store.run(plan.inside, params)
@@ -259,16 +256,17 @@ def claim_many_in_place(store: PostgresStore[R], inputs_for: Callable[[int], Any
     guards = store._guard_params
     params = [_bound(claims.value_of(name, first, every, guards, limit))
               for name in statement.binds]
+    store._ready()
     try:
-        with store.driver_errors(), psycopg.RawCursor(
-            store.connection, row_factory=tuple_row
-        ) as cursor:
+        with psycopg.RawCursor(store.connection, row_factory=tuple_row) as cursor:
             cursor.execute(statement.statement, params, prepare=True)
             found = _rows(cursor)
     except (psycopg.errors.InvalidTextRepresentation, psycopg.errors.CheckViolation):
         # A rule broken by a record as it was or as written: nothing was written; the
         # protocol reads the records again and refuses as any read does.
         return lease_protocol.UNSETTLED
+    except Exception as error:
+        store.raise_store_error(error, committing=True)  # the statement is its commit
     expired, schema_as_verified = found[0][0], found[0][1]
     granted = [row for row in found if row[2] is not None]
     if not granted:

@@ -3,7 +3,8 @@ claims a batch in one transaction (one statement on PostgreSQL), calls the handl
 records one after another in the calling thread, and writes them together.
 
 On the task lifecycle made for these tests (tests/support/tasks.py), on the memory store,
-a SQLite file and PostgreSQL.
+a SQLite file and PostgreSQL, its handling declared without the renewal row: a lifecycle
+with one runs its handlers on the worker's pool, so that renewals go on meanwhile.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from support.postgres import connect_in, require_postgres, temporary_schema
 from support.tasks import TASKS, Task, TaskStatus, new_task
@@ -23,6 +25,9 @@ from lifecycles.stores.base import Store
 from lifecycles.stores.memory import MemoryStore
 from lifecycles.stores.sqlite import SQLiteStore
 from lifecycles.worker import HeldLease, Worker, WorkOutcome
+
+assert TASKS.handling is not None
+UNRENEWED = attrs.evolve(TASKS.handling, renewal=None)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -69,7 +74,7 @@ def test_each_turn_claims_a_batch_and_runs_it_in_the_calling_thread(
     def handler(task: Task, lease: HeldLease) -> None:
         threads.append(threading.get_ident())
 
-    Worker(TASKS, store, handler, batch_size=5, clock=lambda: 100.0,
+    Worker(TASKS, store, handler, handling=UNRENEWED, batch_size=5, clock=lambda: 100.0,
            on_outcome=outcomes.append).run(until_idle=True, install_signal_handlers=False)
     assert limits == [5, 5, 5, 5]  # 5, 5, 2, then nothing due
     assert threads == [threading.get_ident()] * 12
@@ -88,7 +93,8 @@ def test_a_stop_lets_the_batch_in_hand_finish_and_claims_no_more(store: Store[Ta
         if len(called) == 2:
             worker.stop()  # as SIGTERM does: no new claims, the records in hand finish
 
-    worker = Worker(TASKS, store, handler, batch_size=5, clock=lambda: 100.0)
+    worker = Worker(TASKS, store, handler, handling=UNRENEWED, batch_size=5,
+                    clock=lambda: 100.0)
     worker.run(install_signal_handlers=False)
     assert limits == [5]
     assert called == [f"task-{n:02d}" for n in range(5)]  # claim order: due time first
@@ -96,3 +102,12 @@ def test_a_stop_lets_the_batch_in_hand_finish_and_claims_no_more(store: Store[Ta
     assert (counts["succeeded"], counts["queued"], counts["running"]) == (5, 7, 0)
     left = [task for task in store.scan() if task.status == TaskStatus.QUEUED]
     assert all(task.lease_token is None for task in left)
+
+
+def test_with_a_renewal_row_the_handlers_run_on_the_pool(store: Store[Task]) -> None:
+    """A handler run in the loop's own thread would hold up its renewals."""
+    threads: list[int] = []
+    Worker(TASKS, store, lambda task, lease: threads.append(threading.get_ident()),
+           batch_size=5, clock=lambda: 100.0).run(until_idle=True,
+                                                  install_signal_handlers=False)
+    assert len(threads) == 12 and threading.get_ident() not in threads

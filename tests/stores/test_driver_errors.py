@@ -224,7 +224,8 @@ def opened_generic(path: Path) -> SQLiteStore[Any]:
 
 
 # SQLite settles no claim in place and locks the file, not the schema: no statement.
-OPERATIONS = sorted(set(OPERATION_NAMES) - {"claim_in_place", "lock_schema"})
+OPERATIONS = sorted(set(OPERATION_NAMES) - {"claim_in_place", "claim_many_in_place",
+                                             "lock_schema"})
 # PRAGMA database_list reads no page of the file: no lock can stop it.
 LOCKABLE = [name for name in OPERATIONS if name != "locate"]
 

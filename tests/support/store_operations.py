@@ -42,6 +42,7 @@ def operations(store: SQLStore[Any]) -> dict[str, Callable[[], Any]]:
     return {
         "get": lambda: store.get("e0"),
         "insert": lambda: store.insert(MONITOR.create(record(5))),
+        "insert_many": lambda: store.insert_many([MONITOR.create(record(6))]),
         "put": lambda: store.put(leased, *reversed(_completion(leased))),
         "put_many": lambda: store.put_many([(leased, *reversed(_completion(leased)))]),
         "write": lambda: store.write(leased, *reversed(_completion(leased))),
@@ -55,6 +56,8 @@ def operations(store: SQLStore[Any]) -> dict[str, Callable[[], Any]]:
         "claim": lambda: store.claim(claim_inputs("t1")),
         "claim_many": lambda: store.claim_many(lambda n: claim_inputs(f"t{n + 2}"), 2),
         "claim_in_place": lambda: store.claim_in_place(claim_inputs("t1")),
+        "claim_many_in_place": lambda: store.claim_many_in_place(
+            lambda n: claim_inputs(f"t{n + 4}"), 2),
         "recover_expired": lambda: store.recover_expired(expired_input),
         "check_schema": store.check_schema,
         "due": lambda: store.due(20.0, 5),
@@ -81,6 +84,7 @@ def operations(store: SQLStore[Any]) -> dict[str, Callable[[], Any]]:
 OPERATION_NAMES = (
     "get", "insert", "put", "put_many", "write", "fire", "scan", "count_by_status",
     "count_due", "count_expired", "health", "claim", "claim_many", "claim_in_place",
+    "claim_many_in_place", "insert_many",
     "recover_expired", "check_schema", "due", "next_due", "expired_leases", "glance",
     "leased_under", "integrity_problems", "transaction", "outermost", "alone", "run",
     "change", "columns_of", "tables_present", "unique_column_sets", "lock_schema", "locate",
