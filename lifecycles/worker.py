@@ -198,9 +198,9 @@ class LeaseDoubts:
 
     A worker whose connection broke opens a new connection and a new store (and a
     facade, a new monitor); the doubt must outlive both, so it lives here, once per
-    process. Thread-safe. A doubt is
-    dropped when the worker's next claim resolves it, or unasked once its last lease has
-    expired; while none is pending a claim only finds this empty (no query).
+    process. Thread-safe. A doubt is dropped when the worker's next claim resolves it,
+    or unasked once its last lease has expired; while none is pending a claim only finds
+    this empty (no query).
     """
 
     def __init__(self) -> None:
@@ -305,7 +305,7 @@ class LeaseWork(Generic[R, I]):
         except StoreUnavailable as error:
             if error.outcome_unknown:  # it may have leased records under these tokens
                 self.keep_doubt(store, worker_id, tokens, now + lease_seconds)
-            self.keep_doubts_of(store, resumed)  # taken up again, not yet finished
+            self.keep_doubts_of(store, worker_id, resumed)  # taken up again, not finished
             raise
         # The n-th lease granted was granted with the n-th inputs minted (a candidate
         # passed over mints none; one more is minted after the last grant).
@@ -346,20 +346,16 @@ class LeaseWork(Generic[R, I]):
             LEASE_DOUBTS.add(store.location, worker_id, lease_protocol.Doubt(
                 frozenset(tokens), expires_at, holder))
 
-    def keep_doubts_of(self, store: Store[R], claimed: Sequence[R]) -> None:
-        """The leases of ``claimed`` (records this worker leased), whose finishing write
+    def keep_doubts_of(self, store: Store[R], worker_id: str, claimed: Sequence[R]) -> None:
+        """The leases of ``claimed`` (records ``worker_id`` leased), whose finishing write
         failed unconfirmed or not at all: still held either way, unless it committed
         unseen (then the doubt resolves to nothing)."""
-        by_worker: dict[str, list[tuple[str, float]]] = {}
-        holder = self.handling.holder
-        for record in claimed:
-            token = getattr(record, self.lease.token_field)
-            expiry = getattr(record, self.lease.expires_field)
-            worker = getattr(record, holder) if holder else ""
-            if token is not None and expiry is not None:
-                by_worker.setdefault(worker, []).append((token, expiry))
-        for worker, held in by_worker.items():
-            self.keep_doubt(store, worker, [token for token, _ in held],
+        held = [(getattr(record, self.lease.token_field),
+                 getattr(record, self.lease.expires_field)) for record in claimed]
+        held = [(token, expiry) for token, expiry in held
+                if token is not None and expiry is not None]
+        if held:
+            self.keep_doubt(store, worker_id, [token for token, _ in held],
                             max(expiry for _, expiry in held))
 
     # -- one pass, the handler called in this thread (the facades') -----------------
@@ -435,7 +431,8 @@ class LeaseWork(Generic[R, I]):
         except self.refusals as refusal:
             return self._outcome(claimed, result, step, None, refusal, handler_seconds)
         except StoreUnavailable:
-            self.keep_doubts_of(store, [claimed.record])  # the lease may still be held
+            # The lease may still be held.
+            self.keep_doubts_of(store, claimed.lease.worker_id, [claimed.record])
             raise
         return self._outcome(claimed, result, step, written, None, handler_seconds)
 
@@ -452,7 +449,8 @@ class LeaseWork(Generic[R, I]):
         try:
             return self._finish_many(store, finished, now)
         except StoreUnavailable:
-            self.keep_doubts_of(store, [claimed.record for claimed, _, _ in finished])
+            for claimed, _, _ in finished:
+                self.keep_doubts_of(store, claimed.lease.worker_id, [claimed.record])
             raise
 
     def _finish_many(

@@ -9,11 +9,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from support.postgres import connect_in, require_postgres, temporary_schema
+from support.postgres import connect_in, pg_schema, require_postgres, temporary_schema
 from support.tasks import TASKS, Task, new_task
 
-from lifecycles.stores.base import Store
+from lifecycles.stores.base import Store, StoreUnavailable
 from lifecycles.worker import HeldLease, Idle, Worker
+
+__all__ = ["pg_schema"]  # a fixture, used by name
 
 require_postgres()
 
@@ -137,3 +139,37 @@ def test_a_role_that_may_not_create_the_trigger_still_works_by_polling() -> None
         finally:
             admin.execute(f"DROP OWNED BY {role}")
             admin.execute(f"DROP ROLE {role}")
+
+
+@pytest.fixture
+def pg(pg_schema: str) -> Iterator[Any]:
+    from support.pg_proxy import proxied_connections
+
+    yield from proxied_connections(pg_schema)
+
+
+def test_a_worker_whose_claim_answer_was_lost_takes_that_lease_up_again(pg: Any) -> None:
+    """The generic worker on a lifecycle without a holder field (tests/support/tasks.py):
+    its claim's commit reached the server and the answer was cut; the worker opens the
+    store again and its next pass runs that very lease, not another task, stranding none."""
+    from support.pg_proxy import Cut, commit_of
+
+    seed = PostgresStore(TASKS, pg.direct())
+    for n in range(2):
+        seed.insert(new_task(f"task-{n}"))
+    ran: list[tuple[str, str]] = []
+    worker = Worker(TASKS, lambda: PostgresStore(TASKS, pg.through()),
+                    lambda task, lease: ran.append((task.task_id, lease.token)),
+                    worker_id="worker-1", clock=lambda: 5.0)
+    assert worker.store is not None  # opened, its schema checked, before the cut is armed
+    pg.proxy.arm(commit_of("claimed AS (UPDATE"), Cut.AFTER_REPLY)
+    with pytest.raises(StoreUnavailable) as lost:
+        worker.run_once()
+    assert lost.value.outcome_unknown is True
+    leased = {task.task_id: task for task in seed.scan() if task.status == "running"}
+    assert list(leased) == ["task-0"]
+    worker._drop_store()  # what the loop does after StoreUnavailable
+    outcome = worker.run_once()
+    assert outcome is not None and outcome.status == "succeeded"
+    assert ran == [("task-0", leased["task-0"].lease_token)]  # that very lease
+    assert seed.count_by_status()["queued"] == 1  # task-1 untouched, nothing stranded
