@@ -173,3 +173,32 @@ def test_a_worker_whose_claim_answer_was_lost_takes_that_lease_up_again(pg: Any)
     assert outcome is not None and outcome.status == "succeeded"
     assert ran == [("task-0", leased["task-0"].lease_token)]  # that very lease
     assert seed.count_by_status()["queued"] == 1  # task-1 untouched, nothing stranded
+
+
+def test_a_worker_whose_completion_never_reached_the_server_runs_that_lease_again(
+    pg: Any,
+) -> None:
+    """The completion was sent and cut before the server read it: the lease is still the
+    worker's. Its next pass takes it up again (the handler runs again: at-least-once) and
+    finishes it, before any other task."""
+    from support.pg_proxy import Cut, commit_of
+
+    seed = PostgresStore(TASKS, pg.direct())
+    for n in range(2):
+        seed.insert(new_task(f"task-{n}"))
+    ran: list[tuple[str, str]] = []
+    worker = Worker(TASKS, lambda: PostgresStore(TASKS, pg.through()),
+                    lambda task, lease: ran.append((task.task_id, lease.token)),
+                    worker_id="worker-1", clock=lambda: 5.0)
+    assert worker.store is not None
+    writes = commit_of('UPDATE "lifecycle_tasks" SET')
+    pg.proxy.arm(lambda exchange: writes(exchange) and not exchange.runs("claimed AS ("),
+                 Cut.BEFORE_FORWARD)  # the completion, not the one-statement claim
+    with pytest.raises(StoreUnavailable):
+        worker.run_once()
+    worker._drop_store()
+    outcome = worker.run_once()
+    assert outcome is not None and (outcome.key, outcome.status) == ("task-0", "succeeded")
+    (first, token), again = ran
+    assert again == (first, token) == ("task-0", token)  # the same lease, run again
+    assert seed.count_by_status() == {"queued": 1, "running": 0, "succeeded": 1, "failed": 0}
