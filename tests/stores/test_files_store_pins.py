@@ -300,19 +300,13 @@ def created_under_umask(umask: int) -> Callable[[Path], Any]:
         os.umask(umask)
         use_a_store(base / "close-outbox")
         use_a_store(base / "parent" / "close-outbox")  # its missing parent made too
+        use_a_store(base / "a" / "b" / "close-outbox")  # every missing parent, 0700
         found = modes_under(base)
         return {"found": found, "expected": private(found, base)}
     return check
 
 
-@pytest.mark.parametrize("umask", [
-    0o000, 0o022, 0o077,
-    pytest.param(0o777, marks=pytest.mark.xfail(strict=True, reason=(
-        "stores/files/fs.py open_directory: os.mkdir(name, 0o700) under umask 0o777 makes "
-        "a 0000 directory, and opening it (O_RDONLY) fails with EACCES before the fchmod "
-        "to 0700: the store cannot be created by a user without root privileges, though "
-        "its docstring promises 0700 'whatever the umask'"))),
-])
+@pytest.mark.parametrize("umask", [0o000, 0o022, 0o077, 0o277, 0o777])
 def test_modes_as_a_user_without_root_privileges(umask: int) -> None:
     modes = run_unprivileged(created_under_umask(umask))
     assert modes["found"] == modes["expected"]
