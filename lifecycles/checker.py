@@ -41,8 +41,11 @@ exit codes:
        module_not_found      the --module (or a module it imports) cannot be found
        module_syntax_error   a module has a syntax error (file:line)
        module_import_failed  importing a module raised an exception (file:line)
-       definition_invalid    a lifecycle declaration is invalid (file:line of the
-                             Lifecycle(...) call)
+       definition_invalid    a lifecycle declaration is invalid, a shipped one's too
+                             (file:line of the Lifecycle(...) call); or an
+                             exploration the checker cannot run: its lifecycle is
+                             not one, workers without a lease, accepted cycles of
+                             undeclared triggers (file:line of its assignment)
        check_raised          a guard, effect, invariant or exploration input raised
                              during the exploration (file:line; the trace and replay
                              file are printed on stdout when the step is known)
@@ -82,6 +85,7 @@ from lifecycles.checker_workers import figures as interleaving_figures
 from lifecycles.loading import (
     CheckerError,
     at,
+    check_exploration,
     declared_exploration,
     explorations_in,
     find_exploration,
@@ -160,6 +164,8 @@ def targets(names: Sequence[str], modules: Sequence[str]) -> list[Target]:
 
     A module contributes its explorations and the lifecycles it declares, not those it
     merely imports; the registered lifecycles join when no module is given, or names are.
+    An exploration the checker cannot run is ``definition_invalid``
+    (:func:`check_exploration`).
     """
     found: list[Target] = []
     for target in modules:
@@ -167,20 +173,20 @@ def targets(names: Sequence[str], modules: Sequence[str]) -> list[Target]:
         # A path is recorded absolute so a replay file runs from any directory.
         named = str(Path(target).resolve()) if target.endswith(".py") else target
         given = explorations_in(module, named)
+        for exploration, spec in given:
+            check_exploration(exploration, spec)
         explored = {id(exploration.lifecycle) for exploration, _ in given}
         found.extend(Target(e.lifecycle, e, spec) for e, spec in given)
         for value in vars(module).values():
             if (isinstance(value, Lifecycle) and value.module == module.__name__
                     and id(value) not in explored):
                 explored.add(id(value))
-                declared = declared_exploration(value)
-                found.append(Target(value, *(declared or (None, None))))
+                found.append(_declared_target(value))
     if not modules or names:
         known = {id(t.lifecycle) for t in found}
         for lifecycle in registered().values():
             if id(lifecycle) not in known:
-                declared = declared_exploration(lifecycle)
-                found.append(Target(lifecycle, *(declared or (None, None))))
+                found.append(_declared_target(lifecycle))
     if names:
         unknown = sorted(set(names) - {t.lifecycle.name for t in found})
         if unknown:
@@ -191,6 +197,15 @@ def targets(names: Sequence[str], modules: Sequence[str]) -> list[Target]:
                 "--module MODULE for a lifecycle that is not registered")
         found = [t for t in found if t.lifecycle.name in names]
     return found
+
+
+def _declared_target(lifecycle: AnyLifecycle) -> Target:
+    """``lifecycle`` with the exploration declared beside its table, if any."""
+    declared = declared_exploration(lifecycle)
+    if declared is None:
+        return Target(lifecycle, None, None)
+    check_exploration(*declared)
+    return Target(lifecycle, *declared)
 
 
 # --- running and reporting -------------------------------------------------------------

@@ -7,6 +7,10 @@ Every error is one line on stderr saying what is wrong and what to do (with ``--
 also ``{"error": CODE, "message": ...}`` on stdout), never a traceback: a handler raises
 :class:`CommandError` with its exit code; a usage error exits 2; anything unexpected
 exits 70 (``LIFECYCLES_TRACEBACK=1`` prints the traceback too).
+
+A command module that does not import leaves the other commands working. Its own
+command then exits 2 (``definition_invalid``, at the ``file:line`` of the declaration)
+when a lifecycle it imports has an invalid declaration, and 70 for anything else.
 """
 
 from __future__ import annotations
@@ -21,13 +25,14 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn
 
-COMMAND_MODULES: tuple[str, ...] = (
-    "lifecycles.cli_monitor",
-    "lifecycles.checker",
-    "lifecycles.diagrams",
-    "lifecycles.cli_outbox",
-    "lifecycles.cli_worker",
-)
+COMMAND_MODULES: dict[str, str] = {
+    "lifecycles.cli_monitor": "monitor",
+    "lifecycles.checker": "check",
+    "lifecycles.diagrams": "diagrams",
+    "lifecycles.cli_outbox": "outbox",
+    "lifecycles.cli_worker": "worker",
+}
+"""Each command module, and the command its ``register`` adds."""
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in lifecycles, not in the caller's input
@@ -93,9 +98,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"lifecycles {installed_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    for module, command in COMMAND_MODULES.items():
+        try:
+            imported = importlib.import_module(module)
+        except Exception as error:  # reported when the command is run; the others work
+            _stand_in(subparsers, command, error)
+            continue
+        imported.register(subparsers)
     return parser
+
+
+def _stand_in(subparsers: Any, command: str, error: Exception) -> None:
+    """A ``command`` whose module did not import: it takes any arguments and reports
+    ``error``, the one line of an invalid declaration (exit 2), else a bug (exit 70)."""
+    parser = subparsers.add_parser(command, add_help=False,
+                                   help="(cannot run: its module does not import)")
+    parser.add_argument("arguments", nargs=argparse.REMAINDER)
+
+    def report_import_failure(args: argparse.Namespace) -> int:
+        from lifecycles.loading import import_failure
+        from lifecycles.machines.core import DefinitionError
+
+        if not isinstance(error, DefinitionError):
+            raise error
+        if os.environ.get(TRACEBACK_VARIABLE):
+            traceback.print_exception(error)
+        failure = import_failure(f"the {command} command", error)
+        raise CommandError(EXIT_USAGE, failure.error, failure.message) from error
+
+    parser.set_defaults(handler=report_import_failure)
 
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a command it killed

@@ -8,8 +8,10 @@ way.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
+import sys
 import sysconfig
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -19,9 +21,12 @@ from typing import Any
 import lifecycles
 import lifecycles.invariants
 import lifecycles.machines
+import lifecycles.machines.checks
+import lifecycles.machines.core
 import lifecycles.stores
 from lifecycles.machines.core import DefinitionError, Lifecycle
 from lifecycles.machines.exploration import Exploration
+from lifecycles.machines.interleaving import Workers
 from lifecycles.registry import import_target as registry_import_target
 
 AnyLifecycle = Lifecycle[Any, Any]
@@ -62,6 +67,10 @@ def _own_directories() -> set[Path]:
 _OWN = _prefixes(_own_directories())
 _INSTALLED = _prefixes({sysconfig.get_paths()[key]
                         for key in ("stdlib", "platstdlib", "purelib", "platlib")})
+# What checks a declaration when a Lifecycle is built: a DefinitionError's place is the
+# line that called into it, in the user's module or in a shipped one alike.
+_DECLARING = frozenset(str(Path(module.__file__ or "").resolve())
+                       for module in (lifecycles.machines.core, lifecycles.machines.checks))
 
 
 def _display(path: str | Path) -> str:
@@ -73,8 +82,9 @@ def _display(path: str | Path) -> str:
 def where(error: BaseException, module_file: Path | None = None) -> str | None:
     """``file:line`` of the user's code where ``error`` happened, or ``None``.
 
-    The innermost frame outside lifecycles, the standard library and installed packages
-    (a guard, an effect, the line of a ``Lifecycle(...)`` call, an ``import``); else the
+    For a :class:`DefinitionError`, the line of the ``Lifecycle(...)`` call, a shipped
+    lifecycle's too. Otherwise the innermost frame outside lifecycles, the standard
+    library and installed packages (a guard, an effect, an ``import``); else the
     innermost frame in ``module_file``; else the innermost frame outside lifecycles.
     """
     if isinstance(error, SyntaxError) and error.filename and error.lineno:
@@ -92,6 +102,8 @@ def where(error: BaseException, module_file: Path | None = None) -> str | None:
         lambda name: name == own_file,
         lambda name: not name.startswith(_OWN),
     ]
+    if isinstance(error, DefinitionError):
+        tests.insert(0, lambda name: name not in _DECLARING)
     for test in tests:
         for name, line in reversed(frames):
             if test(name):
@@ -203,6 +215,78 @@ def find_exploration(lifecycle: AnyLifecycle) -> tuple[AnyExploration, str] | No
             if exploration.lifecycle is lifecycle:
                 return exploration, spec
     return None
+
+
+# --- an exploration the checker can run ------------------------------------------------
+
+
+def _lifecycle_declared(exploration: AnyExploration) -> str | None:
+    lifecycle: Any = exploration.lifecycle
+    if isinstance(lifecycle, Lifecycle):
+        return None
+    return (f"lifecycle_declared: its lifecycle is {type(lifecycle).__name__} "
+            f"{lifecycle!r:.60}, not a Lifecycle")
+
+
+def _workers_on_a_lease(exploration: AnyExploration) -> str | None:
+    workers: Any = exploration.workers
+    if workers is None:
+        return None
+    if not isinstance(workers, Workers):
+        return f"workers_on_a_lease: its workers are {type(workers).__name__}, not Workers"
+    if exploration.lifecycle.lease is None:
+        return (f"workers_on_a_lease: it declares workers for {exploration.lifecycle.name}, "
+                "which declares no lease: declare the lease (Lifecycle(lease=...)) or "
+                "drop the workers")
+    return None
+
+
+def _accepted_cycles_declared(exploration: AnyExploration) -> str | None:
+    triggers = set(exploration.lifecycle.triggers)
+    unknown = sorted({trigger for cycle in exploration.accepted_cycles
+                      for trigger in cycle.triggers} - triggers)
+    if not unknown:
+        return None
+    return (f"accepted_cycles_declared: accepted cycles name triggers "
+            f"{exploration.lifecycle.name}'s table does not declare: {unknown}")
+
+
+EXPLORATION_CHECKS: tuple[Callable[[AnyExploration], str | None], ...] = (
+    _lifecycle_declared, _workers_on_a_lease, _accepted_cycles_declared,
+)
+"""What the checker needs of an exploration before it can run it: each names what is
+wrong, or ``None``; each runs only once the ones before it passed."""
+
+
+def assigned_at(spec: str) -> str | None:
+    """``file:line`` of the top-level statement that assigns the attribute of ``spec``
+    (``module:ATTRIBUTE``, module a dotted name already imported or a path), or ``None``."""
+    module, attribute = _spec_module(spec)
+    file = module if module.endswith(".py") else getattr(sys.modules.get(module), "__file__", None)
+    try:
+        tree = ast.parse(Path(file or "").read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    lines = [node.lineno for node in tree.body
+             if isinstance(node, ast.Assign | ast.AnnAssign)
+             and any(isinstance(target, ast.Name) and target.id == attribute
+                     for target in (node.targets if isinstance(node, ast.Assign)
+                                    else [node.target]))]
+    # The last assignment is the one the module keeps.
+    return f"{_display(file or '')}:{lines[-1]}" if lines else None
+
+
+def check_exploration(exploration: AnyExploration, spec: str) -> None:
+    """``definition_invalid`` at the exploration's ``file:line`` when the checker cannot
+    run it (:data:`EXPLORATION_CHECKS`)."""
+    for exploration_check in EXPLORATION_CHECKS:
+        problem = exploration_check(exploration)
+        if problem is not None:
+            place = assigned_at(spec)
+            subject = (f"{place}: the exploration {_spec_module(spec)[1]} declared here"
+                       if place else f"the exploration {spec}")
+            raise CheckerError("definition_invalid",
+                               f"{subject} is invalid: {problem}; fix it there")
 
 
 def declared_exploration(lifecycle: AnyLifecycle) -> tuple[AnyExploration, str] | None:

@@ -14,6 +14,7 @@ import secrets
 import stat
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from pathlib import Path
 
 import attrs
 
@@ -269,8 +270,7 @@ def open_directory(
             if not create:
                 raise
             with contextlib.suppress(FileExistsError):  # a racing creator: the open checks
-                os.mkdir(name, 0o700, dir_fd=dir_fd)
-                check_mode = True  # made here: the umask may have taken bits off 0700
+                make_private_directory(name, dir_fd)
             fd = os.open(name, DIRECTORY_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         raise StoreMissing(f"directory {name} does not exist") from None
@@ -286,6 +286,44 @@ def open_directory(
         close_quietly_after(error, fd)
         raise
     return fd
+
+
+def make_private_directory(name: str, dir_fd: int | None) -> None:
+    """``mkdir`` ``name`` with mode 0700 exactly, whatever the umask.
+
+    The umask may take the owner's own bits off 0700 (under 0o777 the directory is made
+    0000, which its owner then cannot open to tighten), so the mode is set on the inode
+    just made, through an ``O_PATH`` handle, which needs no permission on it, and the
+    process's ``/proc/self/fd`` entry for it: never through a name another process could
+    have swapped meanwhile. Without ``/proc``, the name is chmodded (the store's own
+    directories live under directories only this user may write).
+    """
+    os.mkdir(name, 0o700, dir_fd=dir_fd)
+    handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    try:
+        try:
+            os.chmod(f"/proc/self/fd/{handle}", 0o700)
+        except FileNotFoundError:  # no /proc mounted
+            os.chmod(name, 0o700, dir_fd=dir_fd)
+    finally:
+        os.close(handle)
+
+
+def make_private_parents(path: Path) -> None:
+    """Every missing directory of ``path``, made 0700 exactly (:func:`make_private_directory`),
+    from the first that exists down; existing ones are left as they are. (``os.makedirs``
+    applies its mode to the last one only, and the umask to every one.)"""
+    missing: list[Path] = []
+    at = path
+    while not at.exists():
+        missing.append(at)
+        if at.parent == at:
+            break
+        at = at.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # a racing creator made it first
+            make_private_directory(str(directory), None)
 
 
 def make_owned_private(fd: int, mode: int) -> None:

@@ -41,6 +41,7 @@ from lifecycles.stores.files.fs import (
     finish_file,
     is_leftover,
     make_owned_private,
+    make_private_parents,
     open_directory,
     os_errors_as_store_errors,
     present,
@@ -144,7 +145,7 @@ class FilesStore(Store[R], FilesExtension[R]):
                 raise
             if not opening:
                 raise vanished(str(self.root), self.where) from None
-        os.makedirs(self.root.parent, mode=0o700, exist_ok=True)
+        make_private_parents(self.root.parent)
         return open_directory(str(self.root), None, create=True)
 
     def driver_error(self, error: Exception) -> StoreError | None:

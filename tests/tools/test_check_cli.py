@@ -6,6 +6,7 @@ the module declares, replay files that run from any directory, `--json` and `--h
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycles.cli import main
+from lifecycles.cli import COMMAND_MODULES, build_parser, main
 from lifecycles.machines.outbox import OUTBOX
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,6 +141,150 @@ def test_an_invalid_declaration_names_the_lifecycle_call(
                                     "['archived']")
     code, out, _ = run(capsys, "--json", "--module", str(module))
     assert json.loads(out)["error"] == "definition_invalid"
+
+
+# A shipped table edited into an invalid one: the broken source runs as the shipped module
+# itself (its code compiled under the shipped file's name), as after an edit in place.
+SWAP_SHIPPED = """\
+import importlib.abc, importlib.util, sys
+from pathlib import Path
+
+NAME = "lifecycles.machines.monitor"
+SHIPPED = importlib.util.find_spec(NAME).origin
+SOURCE = Path(sys.argv[1]).read_text()
+
+
+class EditedInPlace(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        return importlib.util.spec_from_loader(name, self) if name == NAME else None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__file__ = SHIPPED
+        exec(compile(SOURCE, SHIPPED, "exec"), module.__dict__)
+
+
+sys.meta_path.insert(0, EditedInPlace())
+from lifecycles.cli import COMMAND_MODULES, build_parser, main
+
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def with_shipped_monitor(tmp_path: Path, source: str, *args: str
+                         ) -> subprocess.CompletedProcess[str]:
+    """``lifecycles ARGS`` run with the shipped monitor module's source replaced."""
+    (tmp_path / "swap_shipped.py").write_text(SWAP_SHIPPED)
+    (tmp_path / "edited_monitor.py").write_text(source)
+    return subprocess.run([sys.executable, "swap_shipped.py", "edited_monitor.py", *args],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+def test_an_invalid_shipped_declaration_exits_2_naming_its_line(tmp_path: Path) -> None:
+    import lifecycles.machines.monitor as shipped_module
+
+    shipped = Path(shipped_module.__file__ or "").resolve()
+    source = shipped.read_text()
+    edited = source.replace('"dest": "leased",', '"dest": "archived",', 1)
+    assert edited != source
+    expected = (f"{shipped}:{line_of(shipped, '= Lifecycle(')}: the lifecycle declared here "
+                "is invalid: statuses_declared: undeclared statuses in the table: "
+                "['archived']; fix its table or declaration there")
+
+    for names in ([], ["outbox"]):  # the registered lifecycles are imported either way
+        done = with_shipped_monitor(tmp_path, edited, "check", *names)
+        assert (done.returncode, done.stdout) == (2, ""), done.stderr
+        assert done.stderr.splitlines() == [f"lifecycles check: {expected}"]
+    done = with_shipped_monitor(tmp_path, edited, "check", "--json")
+    assert done.returncode == 2 and done.stderr == f"lifecycles check: {expected}\n"
+    assert json.loads(done.stdout) == {"error": "definition_invalid", "message": expected}
+
+    # The other commands that need the table say the same, each in its own words.
+    for args in (["monitor", "health", "--db", "m.db", "--capabilities", "c" * 64, "--json"],
+                 ["outbox", "status", "--json"]):
+        done = with_shipped_monitor(tmp_path, edited, *args)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == f"lifecycles: {expected}\n"
+        assert json.loads(done.stdout) == {"error": "definition_invalid", "message": expected}
+    assert not (tmp_path / "m.db").exists()
+    (tmp_path / "pages").mkdir()
+    done = with_shipped_monitor(tmp_path, edited, "diagrams", "--output", "pages")
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"lifecycles: {expected}\n")
+    assert list((tmp_path / "pages").iterdir()) == []
+
+    # The unmodified source, run the same way, checks as it does installed.
+    done = with_shipped_monitor(tmp_path, source, "check", "monitor", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["ok"] is True
+
+
+def test_a_shipped_module_that_raises_otherwise_is_a_bug_and_leaves_the_others_working(
+    tmp_path: Path
+) -> None:
+    """Not a declaration: exit 70 from the commands that import it; `check --module` of a
+    module that does not import it still runs."""
+    edited = "raise RuntimeError('edited')\n"
+    for args in (["monitor", "health", "--db", "m.db", "--capabilities", "c" * 64],
+                 ["check", "monitor"]):
+        done = with_shipped_monitor(tmp_path, edited, *args)
+        assert done.returncode == 70, done.stderr
+        assert done.stderr.startswith("lifecycles: unexpected error (RuntimeError: edited)")
+    (tmp_path / "own_lifecycle.py").write_text(
+        "from lifecycles.machines.outbox import OUTBOX\n"
+        "from lifecycles.machines.outbox_inputs import EXPLORATION\n")
+    done = with_shipped_monitor(tmp_path, edited, "check", "--module", "own_lifecycle.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "checked 1 lifecycles" in done.stdout
+
+
+def test_every_command_module_registers_the_command_it_is_listed_with() -> None:
+    """The stand-in of a module that does not import takes the listed name."""
+    parser = build_parser()
+    (commands,) = [action for action in parser._actions
+                   if isinstance(action, argparse._SubParsersAction)]
+    assert sorted(commands.choices) == sorted(COMMAND_MODULES.values())
+
+
+INVALID_EXPLORATIONS = {
+    "lifecycle_declared": (
+        "EXPLORED = attrs.evolve(exploration(TINY), lifecycle='tiny')\n",
+        "lifecycle_declared: its lifecycle is str 'tiny', not a Lifecycle"),
+    "workers_on_a_lease": (
+        "EXPLORED = attrs.evolve(exploration(TINY), workers=Workers(\n"
+        "    records=lambda count: [], inputs=lambda now, worker, token: None,\n"
+        "    work=lambda held, inputs: [], calls='nothing'))\n",
+        "workers_on_a_lease: it declares workers for tiny, which declares no lease: declare "
+        "the lease (Lifecycle(lease=...)) or drop the workers"),
+    "accepted_cycles_declared": (
+        "EXPLORED = attrs.evolve(exploration(TINY), accepted_cycles=(\n"
+        "    AcceptedCycle(['add', 'reopen'], 'a typo hides nothing'),))\n",
+        "accepted_cycles_declared: accepted cycles name triggers tiny's table does not "
+        "declare: ['reopen']"),
+}
+
+
+@pytest.mark.parametrize("check", sorted(INVALID_EXPLORATIONS))
+def test_an_exploration_the_checker_cannot_run_names_its_line(
+    project: Path, capsys: pytest.CaptureFixture[str], check: str
+) -> None:
+    declaration, problem = INVALID_EXPLORATIONS[check]
+    module = project / f"explored_{check}.py"
+    module.write_text(
+        "import attrs\n\n"
+        "from fixtures_check.tiny import TINY, exploration\n"
+        "from lifecycles.machines.exploration import AcceptedCycle\n"
+        "from lifecycles.machines.interleaving import Workers\n\n"
+        "EXPLORED = None  # the last assignment is the one that counts\n"
+        f"{declaration}")
+    expected = (f"{module.name}:{line_of(module, 'EXPLORED = attrs')}: the exploration "
+                f"EXPLORED declared here is invalid: {problem}; fix it there")
+    code, out, err = run(capsys, "--module", module.name)
+    assert_one_line(code, out, err, expected)
+    assert err == f"lifecycles check: {expected}\n" and out == ""
+    code, out, err = run(capsys, "--json", "--module", module.name)
+    assert code == 2 and json.loads(out) == {"error": "definition_invalid", "message": expected}
 
 
 def test_a_guard_that_raises_names_its_line_and_keeps_the_trace(
