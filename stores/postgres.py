@@ -307,20 +307,7 @@ class PostgresStore(SQLStore[R]):
         if isinstance(plan, str) or self._depth or not self.connection.autocommit:
             return lease_protocol.UNSETTLED
         params = [*(getattr(inputs, name) for name in plan.inputs), *self._guard_params]
-        self._ready()
-        try:
-            # Prepared at once (planning it costs more than running it), and written with
-            # $n markers (too long for psycopg's cache of converted statements).
-            with psycopg.RawCursor(self.connection, row_factory=tuple_row) as cursor:
-                cursor.execute(plan.statement, params, prepare=True)
-                found = _rows(cursor)
-        except (psycopg.errors.InvalidTextRepresentation, psycopg.errors.CheckViolation):
-            # A rule broken by the record as it was or as written (or a rule constraint,
-            # lifecycles.stores.postgres_rules, refusing it): nothing was written.
-            # The protocol reads it again and refuses it as any read does.
-            return lease_protocol.UNSETTLED
-        except Exception as error:
-            self.raise_store_error(error, committing=True)  # the statement is its commit
+        found = self._claim_rows(plan.statement, params)
         if not found:
             return lease_protocol.UNSETTLED
         was_values, written_values = plan.split(found[0])
@@ -362,6 +349,24 @@ class PostgresStore(SQLStore[R]):
         """The common batch claim as one statement, on an autocommit connection outside any
         transaction (:func:`lifecycles.stores.postgres_batch.claim_many_in_place`)."""
         return postgres_batch.claim_many_in_place(self, inputs_for, limit)
+
+    def _claim_rows(self, statement: str, params: Sequence[Any]) -> list[tuple[Any, ...]] | None:
+        """Run a one-statement claim (its own commit, on an autocommit connection): its
+        rows, or ``None`` when a rule refused it (the record as it was or as written
+        breaks one, or a rule constraint, :mod:`lifecycles.stores.postgres_rules`, refused
+        the write): nothing was written, and the protocol reads the records again and
+        refuses them as any read does."""
+        self._ready()
+        try:
+            # Prepared at once (planning it costs more than running it), and written with
+            # $n markers (too long for psycopg's cache of converted statements).
+            with psycopg.RawCursor(self.connection, row_factory=tuple_row) as cursor:
+                cursor.execute(statement, params, prepare=True)
+                return _rows(cursor)
+        except (psycopg.errors.InvalidTextRepresentation, psycopg.errors.CheckViolation):
+            return None
+        except Exception as error:
+            self.raise_store_error(error, committing=True)  # the statement is its commit
 
     def alone(self, statement: str, params: Sequence[Any]) -> int:
         if not self.connection.autocommit:

@@ -29,9 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import psycopg
 from psycopg.pq import ExecStatus
-from psycopg.rows import tuple_row
 from psycopg.types.array import ListBinaryDumper
 
 from lifecycles.invariants.core import InvariantViolation
@@ -256,17 +254,9 @@ def claim_many_in_place(store: PostgresStore[R], inputs_for: Callable[[int], Any
     guards = store._guard_params
     params = [_bound(claims.value_of(name, first, every, guards, limit))
               for name in statement.binds]
-    store._ready()
-    try:
-        with psycopg.RawCursor(store.connection, row_factory=tuple_row) as cursor:
-            cursor.execute(statement.statement, params, prepare=True)
-            found = _rows(cursor)
-    except (psycopg.errors.InvalidTextRepresentation, psycopg.errors.CheckViolation):
-        # A rule broken by a record as it was or as written: nothing was written; the
-        # protocol reads the records again and refuses as any read does.
+    found = store._claim_rows(statement.statement, params)
+    if found is None:  # a rule refused it: nothing was written, the protocol decides
         return lease_protocol.UNSETTLED
-    except Exception as error:
-        store.raise_store_error(error, committing=True)  # the statement is its commit
     expired, schema_as_verified = found[0][0], found[0][1]
     granted = [row for row in found if row[2] is not None]
     if not granted:
