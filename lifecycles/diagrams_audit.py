@@ -208,7 +208,7 @@ def checklist(lifecycles: Mapping[str, AnyLifecycle]) -> list[str]:
     steps = [
         ("The pages match the code that generated them",
          "In a checkout of the deployed commit, run `lifecycles diagrams --check`. Exit 0: "
-         "every page, picture and this index is what the installed lifecycles generate "
+         "every page, picture and this index is what the lifecycles' code generates "
          "now. Exit 1 names each drifted, missing or extra file. SVG files are compared "
          "only where the installed Graphviz is the one `graphviz-version.txt` records."),
         ("The pinned version is the deployed one",
