@@ -208,8 +208,8 @@ def targets(names: Sequence[str], modules: Sequence[str]) -> list[Target]:
             raise CheckerError(
                 "unknown_lifecycle",
                 f"unknown lifecycles {unknown}; known: "
-                f"{sorted({t.lifecycle.name for t in found})}: check the spelling, or add "
-                "--module MODULE for a lifecycle that is not registered")
+                f"{sorted({t.lifecycle.name for t in found})}: check the spelling, list its "
+                "module in [tool.lifecycles] modules of pyproject.toml, or add --module MODULE")
         found = [t for t in found if t.lifecycle.name in names]
     unique(t.lifecycle for t in found)
     return found
