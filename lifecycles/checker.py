@@ -123,7 +123,7 @@ from lifecycles.machines.exploration import (
 from lifecycles.machines.findings import search_findings
 from lifecycles.machines.interleaving import InterleavingResult
 from lifecycles.machines.liveness import Liveness, liveness
-from lifecycles.project import find_project, installed, on_path, unique
+from lifecycles.project import find_project, installed, named_by, on_path, unique
 from lifecycles.replay import TRACE_DIR_DEFAULT, import_root, write_replay
 from lifecycles.snapshot import (
     SNAPSHOT_DEFAULT,
@@ -189,15 +189,16 @@ def targets(names: Sequence[str], modules: Sequence[str]) -> list[Target]:
     project = find_project()
     if project is not None:
         on_path(project)
-    chosen = list(modules) or list(project.modules if project else ())
+    project_modules = list(project.modules if project else ())
     found: list[Target] = []
     explored: set[int] = set()
-    for target in chosen:
+    for target in modules:
         _module_targets(target, found, explored)
-    if names or not chosen:
-        if modules and project is not None:  # a name may denote a project's lifecycle
-            for target in project.modules:
+    if not modules or names:  # a name may denote a project's lifecycle
+        with named_by(project):
+            for target in project_modules:
                 _module_targets(target, found, explored)
+    if names or not (modules or project_modules):
         for lifecycle in installed():
             if id(lifecycle) not in explored:
                 explored.add(id(lifecycle))

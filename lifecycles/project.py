@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import sys
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import ModuleType
@@ -172,6 +173,19 @@ def module_lifecycles(target: str) -> dict[str, AnyLifecycle]:
     return found
 
 
+@contextmanager
+def named_by(project: Project | None) -> Iterator[None]:
+    """A project's module that is missing or declares no lifecycle: the message also
+    says where it is named (the file a user has to fix)."""
+    try:
+        yield
+    except CheckerError as error:
+        if project is None or error.error not in ("module_not_found", "no_lifecycle"):
+            raise
+        raise CheckerError(error.error, f"{error.message} (named in {project.pyproject} "
+                           f"{SECTION} modules)") from error
+
+
 def on_path(project: Project) -> None:
     """Put the project's root on ``sys.path`` (appended: never shadowing an installed
     package), so its dotted module names import from any directory."""
@@ -222,14 +236,16 @@ def unique(lifecycles: Iterable[AnyLifecycle]) -> dict[str, AnyLifecycle]:
 def own(modules: Sequence[str] = (), start: Path | None = None) -> dict[str, AnyLifecycle]:
     """What a command covers when no lifecycle is named: the ``modules`` given, else the
     project's ``modules``, else every installed lifecycle (:func:`installed`)."""
+    if modules:
+        return unique(lifecycle for target in modules
+                      for lifecycle in module_lifecycles(target).values())
     project = find_project(start)
-    if not modules and project is not None and project.modules:
-        on_path(project)
-        modules = project.modules
-    if not modules:
+    if project is None or not project.modules:
         return unique(installed())
-    return unique(lifecycle for target in modules
-                  for lifecycle in module_lifecycles(target).values())
+    on_path(project)
+    with named_by(project):
+        return unique(lifecycle for target in project.modules
+                      for lifecycle in module_lifecycles(target).values())
 
 
 def available(modules: Sequence[str] = (), start: Path | None = None
@@ -237,13 +253,13 @@ def available(modules: Sequence[str] = (), start: Path | None = None
     """Every lifecycle a name may denote: the shipped ones, the entry points', the
     project's modules' and those of the explicit ``modules``."""
     project = find_project(start)
-    targets: list[str] = []
+    found = installed()
     if project is not None:
         on_path(project)
-        targets.extend(project.modules)
-    targets.extend(modules)
-    found = installed()
-    for target in targets:
+        with named_by(project):
+            for target in project.modules:
+                found.extend(module_lifecycles(target).values())
+    for target in modules:
         found.extend(module_lifecycles(target).values())
     return unique(found)
 

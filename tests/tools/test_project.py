@@ -126,7 +126,9 @@ def test_a_module_that_declares_no_lifecycle_is_refused(tmp_path: Path) -> None:
         with pytest.raises(CheckerError) as raised:
             call()
         assert raised.value.error == "no_lifecycle"
-        assert "empty.py declares no lifecycle" in raised.value.message
+        assert raised.value.message.startswith(f"{tmp_path / 'empty.py'} declares no lifecycle")
+        assert raised.value.message.endswith(
+            f"(named in {tmp_path / 'pyproject.toml'} [tool.lifecycles] modules)")
 
 
 def test_a_missing_module_file_is_refused(tmp_path: Path) -> None:
@@ -134,7 +136,9 @@ def test_a_missing_module_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CheckerError) as raised:
         own(start=tmp_path)
     assert raised.value.error == "module_not_found"
-    assert raised.value.message == f"no such file: {tmp_path / 'refunds' / 'lifecycle.py'}"
+    assert raised.value.message == (f"no such file: {tmp_path / 'refunds' / 'lifecycle.py'} "
+                                    f"(named in {tmp_path / 'pyproject.toml'} "
+                                    "[tool.lifecycles] modules)")
 
 
 def test_two_lifecycles_of_one_name_are_refused_naming_both_modules(tmp_path: Path) -> None:

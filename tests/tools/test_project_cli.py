@@ -185,6 +185,9 @@ def test_each_mistake_is_one_line_and_exit_2(
     line = refused(capsys, tmp_path, argv, 2, error)
     prefix = "lifecycles check: " if command == "check" else "lifecycles: "
     assert line.startswith(prefix) and said in line, line
+    if error in ("no_lifecycle", "module_not_found"):  # where the module is named
+        assert line.endswith(f"(named in {tmp_path / 'pyproject.toml'} [tool.lifecycles] "
+                             "modules)"), line
 
 
 @pytest.mark.usefixtures("fresh_imports")
