@@ -51,11 +51,10 @@ from lifecycles.worker import Idle, Worker, WorkOutcome
 EXIT_OK, EXIT_USAGE, EXIT_STORE = 0, 2, 4
 EXIT_CODES = (
     (EXIT_OK, "stopped: by SIGTERM / SIGINT, or idle with --until-idle"),
-    (EXIT_USAGE, "usage: a bad argument, an unknown lifecycle (`unknown_lifecycle`), a "
-                 "module that does not import or declares no lifecycle (`no_lifecycle`), two "
-                 "lifecycles of one name (`duplicate_name`), an invalid [tool.lifecycles] "
-                 "(`project_invalid`), a handler that cannot be loaded, a lifecycle that "
-                 "declares no lease or handling, no store given or configured"),
+    (EXIT_USAGE, "usage: a bad argument; no store given or configured; unknown_lifecycle, "
+                 "no_lifecycle,\n       duplicate_name, project_invalid (as for `check`); a "
+                 "module or handler that cannot be loaded;\n       a lifecycle that declares "
+                 "no lease or handling"),
     (EXIT_STORE, "the store cannot be opened (`store_unavailable`)"),
     (70, "an unexpected error: a bug; LIFECYCLES_TRACEBACK=1 shows the traceback"),
 )
