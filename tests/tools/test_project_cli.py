@@ -228,3 +228,23 @@ def test_a_worker_with_no_store_given_or_configured_is_refused(
                                       "refunds/handler.py:pay_back"], 2, "usage")
     assert line.startswith("lifecycles: worker: no store: pass --db FILE, --dsn DSN or "
                            "--root DIR, or set store")
+
+
+@pytest.mark.usefixtures("fresh_imports")
+def test_the_statuses_setting_is_the_snapshot_check_records_and_compares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    write_pyproject(tmp_path, 'modules = ["refunds.lifecycle"]\nstatuses = "state/s.json"\n')
+    refund_package(tmp_path)
+    monkeypatch.chdir(tmp_path / "refunds")
+    assert cli.main(["check", "--record-statuses"]) == 0
+    snapshot = tmp_path / "state" / "s.json"
+    recorded = json.loads(snapshot.read_text())
+    assert recorded["lifecycles"]["refund"]["statuses"] == [
+        "submitted", "leased", "retry_wait", "succeeded", "failed", "cancelled"]
+    recorded["lifecycles"]["refund"]["statuses"].append("on_hold")  # a status since removed
+    snapshot.write_text(json.dumps(recorded))
+    capsys.readouterr()
+    assert cli.main(["check"]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL status_removed: 'on_hold' is recorded in {snapshot}" in out
