@@ -56,6 +56,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
+from lifecycles import observe
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines.core import Lease, Lifecycle, LifecycleError, Row, TransitionRefused
 
@@ -244,12 +245,20 @@ def decide_claim(
 
 def recover_expired(store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs: Any) -> list[R]:
     """Rescue every expired lease at ``inputs.now``; returns the records written."""
-    rescued: list[R] = []
+    grants = _rescue_expired(store, lifecycle, inputs)
+    if grants:
+        observe.observer(lifecycle).rescued(lifecycle, grants)
+    return [grant.after for grant in grants]
+
+
+def _rescue_expired(store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs: Any,
+                    ) -> list[Grant]:
+    grants = []
     for record in store.expired_leases(inputs.now):
         grant = rescue(lifecycle, record, inputs)
         store.put(grant.before, grant.after, grant.row)
-        rescued.append(grant.after)
-    return rescued
+        grants.append(grant)
+    return grants
 
 
 def claim(
@@ -312,7 +321,7 @@ def claim_in_transaction(
     granted: list[R] = []
     with store.transaction():
         first = inputs_for(0)
-        recover_expired(store, lifecycle, first)
+        rescues = _rescue_expired(store, lifecycle, first)
         passed_over: frozenset[str] = frozenset()
         inputs = first
         while len(granted) < limit:
@@ -339,6 +348,8 @@ def claim_in_transaction(
                 granted.append(grant.after)
             if len(candidates) < wanted:
                 break  # nothing more is due
+    if rescues:  # committed: every store's claim rescues here (lifecycles.observe)
+        observe.observer(lifecycle).rescued(lifecycle, rescues)
     return granted
 
 
