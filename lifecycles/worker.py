@@ -460,9 +460,11 @@ class LeaseWork(Generic[R, I]):
         """Report durable outcomes to the lifecycle's logger and instruments, building
         nothing when neither would record them."""
         observer = self.observer
-        if not (observer.collecting() or observer.logger.isEnabledFor(logging.DEBUG) or (
-                observer.logger.isEnabledFor(logging.INFO)
-                and any(outcome.refusal is not None for outcome in outcomes))):
+        logger = observer.logger
+        if not (observer.collecting() or logger.isEnabledFor(logging.DEBUG) or any(
+                outcome.refusal is not None and logger.isEnabledFor(
+                    logging.INFO if isinstance(outcome.step, Leave) else logging.WARNING)
+                for outcome in outcomes)):
             return
         observer.finished(self.lifecycle, claimed, outcomes,
                           lambda at: self.lease_was_taken(store, claimed[at]))
