@@ -309,3 +309,31 @@ def test_without_a_provider_watch_health_registers_nothing(tmp_path: Path) -> No
 def test_a_lease_digest_is_eight_hex_digits_of_sha256() -> None:
     assert observe.lease_digest("abc") == "ba7816bf"
     assert observe.lease_digest(None) is None
+
+
+def test_the_outbox_replay_logs_and_counts_its_exclusive_steps(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, reader: InMemoryMetricReader) -> None:
+    from lifecycles.outbox import CloseOutbox, CloseRequest
+
+    outbox = CloseOutbox(state_dir=tmp_path)
+    for i in range(2):
+        outbox.enqueue(CloseRequest(f"run-{i}", "tx", "complete", {"i": i}))
+    caplog.set_level(logging.DEBUG, logger="lifecycles")
+    failing = CloseRequest("run-0", "tx", "complete", {"i": 0}).entry_id
+    outbox.replay(lambda item: 1 / 0 if item.entry_id == failing else None)
+    logged = [(record.lifecycle_key, record.lifecycle_trigger,  # type: ignore[attr-defined]
+               record.lifecycle_source, record.lifecycle_destination,  # type: ignore[attr-defined]
+               record.lifecycle_error)  # type: ignore[attr-defined]
+              for record in caplog.records if record.name == "lifecycles.outbox"]
+    delivered = CloseRequest("run-1", "tx", "complete", {"i": 1}).entry_id
+    # Both intakes in one transaction, then both finishing steps in another.
+    assert sorted(logged[:2]) == sorted([(failing, "attempt", "pending", "pending", None),
+                                         (delivered, "attempt", "pending", "pending", None)])
+    assert sorted(logged[2:]) == sorted([
+        (failing, "fail_delivery", "pending", "pending", "ZeroDivisionError"),
+        (delivered, "deliver", "pending", "delivered", None)])
+    found = points(reader)
+    assert sum(point.value for _, point in found["lifecycles.transitions"]) == 4
+    errors = sorted(attributes.get("error.type", "-")
+                    for attributes, _ in found["messaging.process.duration"])
+    assert errors == ["-", "ZeroDivisionError"]
