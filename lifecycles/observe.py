@@ -55,6 +55,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -234,21 +235,22 @@ class Observer:
     Callers guard each report with :meth:`wants` (or :meth:`collecting`), so that nothing
     is built while both are off."""
 
-    __slots__ = ("_checked", "_generation", "_process_attributes", "_transition_attributes",
+    __slots__ = ("_generation", "_process_attributes", "_retry_at", "_transition_attributes",
                  "logger", "metrics", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.logger = logging.getLogger(LOGGER_PREFIX + name)
         self.metrics: _Instruments | None = None
-        self._generation = -1
-        self._checked = 0.0
+        self._generation = -1  # the use_meter_provider generation the instruments are of
+        self._retry_at = 0.0  # when to look for a global SDK provider again (0: never)
         self._transition_attributes: dict[tuple[str, str, str], dict[str, str]] = {}
         self._process_attributes: dict[str | None, dict[str, str]] = {}
 
     def collecting(self) -> bool:
         """Whether metrics are being collected (an SDK meter provider is set up)."""
-        if self._generation != _generation:
+        if self._generation != _generation or (
+                self._retry_at and time.monotonic() >= self._retry_at):
             self._refresh()
         return self.metrics is not None
 
@@ -258,11 +260,13 @@ class Observer:
 
     def _refresh(self) -> None:
         """Make the instruments again when the provider changed (or first became real)."""
+        self._generation = _generation
         provider = _provider()
         self.metrics = None if provider is None else _instruments(provider)
-        # A global provider may still be set later (the API's proxy until then): look
-        # again on the next call until there is one.
-        self._generation = _generation if provider is not None or _otel_missing else -1
+        # The global provider may still be set later (the API's proxy until then): look
+        # again once a second, not on every call (asking the API costs a microsecond).
+        self._retry_at = (time.monotonic() + 1.0 if provider is None and not _otel_missing
+                          and _chosen_provider is None else 0.0)
 
     # -- logging helpers -----------------------------------------------------------
 
@@ -491,20 +495,18 @@ def watch_health(store: Any, lifecycle: Lifecycle[Any, Any], *,
     installed or no provider is set up. A collection that cannot read the store reports
     nothing for it (a gauge with no point), rather than failing the exporter.
     """
-    import time as _time
-
     chosen = provider if provider is not None else _provider()
     if chosen is None:
         return None
     api = _metrics_api()
     meter = _meter_of(chosen)
-    now_of = clock or _time.time
+    now_of = clock or time.time
     name = lifecycle.name
     cache: dict[str, Any] = {}
 
     def health() -> Any:
         # The three callbacks of one collection run back to back: one read serves them.
-        at = _time.monotonic()
+        at = time.monotonic()
         if cache.get("at") is None or at - cache["at"] > 0.5:
             try:
                 cache["health"] = store.health(now_of())

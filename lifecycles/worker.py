@@ -464,11 +464,13 @@ class LeaseWork(Generic[R, I]):
         nothing when neither would record them."""
         observer = self.observer
         logger = observer.logger
-        if not (observer.collecting() or logger.isEnabledFor(logging.DEBUG) or any(
-                outcome.refusal is not None and logger.isEnabledFor(
-                    logging.INFO if isinstance(outcome.step, Leave) else logging.WARNING)
-                for outcome in outcomes)):
-            return
+        if not (observer.collecting() or logger.isEnabledFor(logging.DEBUG)):
+            for outcome in outcomes:  # a plain loop: the common case, nothing refused
+                if outcome.refusal is not None and logger.isEnabledFor(
+                        logging.INFO if isinstance(outcome.step, Leave) else logging.WARNING):
+                    break
+            else:
+                return
         observer.finished(self.lifecycle, claimed, outcomes,
                           lambda at: self.lease_was_taken(store, claimed[at]))
 
