@@ -337,3 +337,34 @@ def test_the_outbox_replay_logs_and_counts_its_exclusive_steps(
     errors = sorted(attributes.get("error.type", "-")
                     for attributes, _ in found["messaging.process.duration"])
     assert errors == ["-", "ZeroDivisionError"]
+
+
+def test_the_lease_protocol_alone_reports_nothing_a_store_claim_reports_its_rescue(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The checker drives the protocol over its own model: its explored rescues must not
+    reach an operator's log (they did, once, as WARNINGs during ``lifecycles check``)."""
+    from support.tasks import TaskInputs
+
+    from lifecycles.machines import lease as lease_protocol
+    from lifecycles.stores.memory import MemoryStore
+
+    caplog.set_level(logging.DEBUG, logger="lifecycles")
+
+    def expired_store() -> MemoryStore[Task]:
+        store = MemoryStore(TASKS, [new_task("t-1", now=0.0)])
+        assert store.claim(TaskInputs(now=0.0, worker_id="w-1", lease_token="tok-1",
+                                      lease_seconds=5)) is not None
+        return store
+
+    later = TaskInputs(now=10.0, worker_id="w-2", lease_token="tok-2", lease_seconds=5)
+    model = expired_store()
+    caplog.clear()
+    lease_protocol.claim(model.leasing(), TASKS, later)
+    assert model.get("t-1") is not None and str(model.get("t-1").status) == "queued"  # type: ignore[union-attr]
+    assert [record for record in caplog.records if record.name == LOGGER] == []
+    store = expired_store()
+    caplog.clear()
+    store.claim(later)
+    assert [(record.levelno, record.lifecycle_event)  # type: ignore[attr-defined]
+            for record in caplog.records if record.name == LOGGER] == [
+        (logging.WARNING, "rescue")]
