@@ -222,7 +222,11 @@ _instruments_of: dict[int, _Instruments] = {}  # id(provider) -> instruments, ma
 def _instruments(provider: Any) -> _Instruments:
     made = _instruments_of.get(id(provider))
     if made is None:
-        made = _instruments_of[id(provider)] = _Instruments(_meter_of(provider))
+        meter = _meter_of(provider)
+        with _lock:  # made once per provider, whichever worker thread asks first
+            made = _instruments_of.get(id(provider))
+            if made is None:
+                made = _instruments_of[id(provider)] = _Instruments(meter)
     return made
 
 

@@ -368,3 +368,28 @@ def test_the_lease_protocol_alone_reports_nothing_a_store_claim_reports_its_resc
     assert [(record.levelno, record.lifecycle_event)  # type: ignore[attr-defined]
             for record in caplog.records if record.name == LOGGER] == [
         (logging.WARNING, "rescue")]
+
+
+def test_the_loop_logs_a_damaged_record_as_an_error_with_its_code_and_rules(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "tasks.db"
+    connection = sqlite3.connect(path, check_same_thread=False)
+    store = SQLiteStore(TASKS, connection)
+    store.insert(new_task("task-000"))
+    with connection:  # a row no read accepts: attempts beyond max_attempts
+        connection.execute("UPDATE lifecycle_tasks SET attempts = 9")
+    caplog.set_level(logging.WARNING, logger="lifecycles")
+    worker: Worker[Task, Any]
+
+    def stop(error: BaseException) -> None:
+        worker.stop(now=True)
+
+    worker = Worker(TASKS, store, lambda task, lease: None, worker_id="worker-a",
+                    on_error=stop, idle=Idle(poll_interval=0.01, first=0.01))
+    worker.run(until_idle=True, install_signal_handlers=False)
+    (logged,) = [record for record in caplog.records if record.name == LOGGER]
+    assert (logged.levelno, logged.lifecycle_event, logged.lifecycle_code,  # type: ignore[attr-defined]
+            logged.lifecycle_rules, logged.lifecycle_worker) == (  # type: ignore[attr-defined]
+        logging.ERROR, "store_error", "tasks.state_invalid", ("attempts_within_max",),
+        "worker-a")
+    connection.close()
