@@ -393,3 +393,55 @@ def test_the_loop_logs_a_damaged_record_as_an_error_with_its_code_and_rules(
         logging.ERROR, "store_error", "tasks.state_invalid", ("attempts_within_max",),
         "worker-a")
     connection.close()
+
+
+def test_renewals_are_logged_and_a_refused_one_is_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = SQLiteStore(TASKS, sqlite3.connect(tmp_path / "tasks.db"))
+    store.insert(new_task("renewed", now=100.0))
+    store.insert(new_task("stalled", now=100.0))
+    clock = Clock(100.0)
+    answers: list[bool] = []
+
+    def handler(task: Task, lease: HeldLease) -> None:
+        if task.task_id == "stalled":
+            clock.now += 31  # past the lease: its renewal is refused
+        answers.append(lease.renew())
+
+    caplog.set_level(logging.DEBUG, logger="lifecycles")
+    worker = Worker(TASKS, store, handler, worker_id="worker-a", lease_seconds=30, clock=clock)
+    assert worker.run_once() is not None and worker.run_once() is not None
+    assert answers == [True, False]
+    logged = [(record.levelno, record.lifecycle_event, record.lifecycle_key,  # type: ignore[attr-defined]
+               record.lifecycle_code)  # type: ignore[attr-defined]
+              for record in caplog.records if record.name == LOGGER]
+    assert logged == [
+        (logging.DEBUG, "claim", "renewed", None), (logging.DEBUG, "renewal", "renewed", None),
+        (logging.DEBUG, "transition", "renewed", None),
+        (logging.DEBUG, "claim", "stalled", None),
+        (logging.WARNING, "renewal_refused", "stalled", "tasks.lease_expired"),
+        # Its lease still holds its token: the refusal is the table's, no lost race.
+        (logging.WARNING, "refusal", "stalled", "tasks.lease_expired"),
+    ]
+
+
+def test_the_loop_with_concurrent_handlers_counts_each_outcome_once(
+        open_store: StoreFactory, reader: InMemoryMetricReader) -> None:
+    store = open_store()
+    for n in range(12):
+        store.insert(new_task(f"task-{n:03d}", now=0.0))
+
+    def handler(task: Task, lease: HeldLease) -> None:
+        if task.task_id.endswith(("3", "7")):
+            raise Permanent("no")
+
+    worker = Worker(TASKS, open_store, handler, concurrency=3, batch_size=4,
+                    idle=Idle(poll_interval=0.01, first=0.01))
+    worker.run(until_idle=True, install_signal_handlers=False)
+    found = points(reader)
+    transitions = {(attributes["trigger"], attributes["destination"]): point.value
+                   for attributes, point in found["lifecycles.transitions"]}
+    assert transitions == {("succeed", "succeeded"): 10, ("fail", "failed"): 2}
+    assert sum(point.value for _, point in found["messaging.client.consumed.messages"]) == 12
+    assert sum(point.count for _, point in found["messaging.process.duration"]) == 12
+    assert "lifecycles.refusals" not in found and "lifecycles.rescues" not in found
