@@ -1,14 +1,15 @@
 """What logs and metrics (lifecycles.observe) cost the worker's cycle, off and on.
 
-    python benchmarks/bench_observe.py [--items N] [--rounds N]
+    python benchmarks/bench_observe.py [--chunk N] [--rounds N]
 
 Two cycles on a SQLite file on disk (WAL, synchronous=OFF: the cheapest commit, so that
 the Python cost of the hooks is as large a share of the cycle as it can be): the
 monitor's ``run_once`` (claim, reader, finish) and the generic ``Worker.run_once`` one
 record at a time over the tasks lifecycle of tests/support/tasks.py, no-op handler.
 
-Four variants, taking turns round by round (A B C D, then D C B A), each round draining a
-fresh file of ``--items`` due records:
+Four variants take turns on one file per cycle, ``--chunk`` cycles each, the order rotated
+every round (A B C D, B C D A, ...), so that a burst of load on this shared machine hits
+them all alike:
 
 * ``no-op hooks``: the observe hooks replaced by nothing (LeaseWork.claim and .finish
   bound straight to their bodies): the cycle as it was before this module, in-process;
@@ -18,7 +19,7 @@ fresh file of ``--items`` due records:
   formats each record with every field;
 * ``OTel metrics``: the OpenTelemetry SDK's MeterProvider with an in-memory reader.
 
-A ratio is the median of the per-round ratios against ``no-op hooks`` (rates: higher is
+A ratio is the median of the per-round ratios of rates against ``no-op hooks`` (higher is
 better). Target: ``off`` >= 0.97 (within noise of no hooks at all); the cost when on is
 printed (FAIL is printed when the target is missed).
 """
@@ -57,36 +58,45 @@ def fast_sqlite(path: Path) -> sqlite3.Connection:
     return connection
 
 
-def monitor_cycles(path: Path, items: int) -> float:
-    """Monitor run_once cycles per second over ``items`` registered items."""
-    monitor = lifecycles_monitor.DurableTerminalProcessingMonitor(fast_sqlite(path), CAPABILITIES)
-    for index in range(items):
-        body, sha = notification(index)
-        monitor.register(body, sha, now=10)
+class MonitorCycles:
+    """The monitor's run_once over ``items`` registered items, ``cycles(n)`` at a time."""
 
+    def __init__(self, path: Path, items: int) -> None:
+        self.monitor = lifecycles_monitor.DurableTerminalProcessingMonitor(
+            fast_sqlite(path), CAPABILITIES)
+        for index in range(items):
+            body, sha = notification(index)
+            self.monitor.register(body, sha, now=10)
+
+    @staticmethod
     def reader(event_id: str, site_id: str) -> Any:
         return answer(event_id, site_id, "pending")
 
-    started = time.perf_counter()
-    for _ in range(items):
-        monitor.run_once(reader, "w1", now=20)
-    seconds = time.perf_counter() - started
-    monitor.store.connection.close()  # type: ignore[attr-defined]
-    return items / seconds
+    def cycles(self, count: int) -> float:
+        """Seconds for ``count`` cycles."""
+        run_once, reader = self.monitor.run_once, self.reader
+        started = time.perf_counter()
+        for _ in range(count):
+            run_once(reader, "w1", now=20)
+        return time.perf_counter() - started
 
 
-def worker_cycles(path: Path, items: int) -> float:
-    """Worker.run_once cycles per second (one record at a time) over ``items`` tasks."""
-    store = SQLiteStore(TASKS, fast_sqlite(path))
-    store.insert_many([new_task(f"task-{n:06d}", now=10.0) for n in range(items)])
-    worker = Worker(TASKS, store, lambda task, lease: None, worker_id="w1",
-                    clock=lambda: 20.0, lease_seconds=60)
-    started = time.perf_counter()
-    for _ in range(items):
-        assert worker.run_once() is not None
-    seconds = time.perf_counter() - started
-    store.connection.close()
-    return items / seconds
+class WorkerCycles:
+    """Worker.run_once, one record at a time, no-op handler, over ``items`` due tasks."""
+
+    def __init__(self, path: Path, items: int) -> None:
+        self.store = SQLiteStore(TASKS, fast_sqlite(path))
+        self.store.insert_many([new_task(f"task-{n:06d}", now=10.0) for n in range(items)])
+        self.worker = Worker(TASKS, self.store, lambda task, lease: None, worker_id="w1",
+                             clock=lambda: 20.0, lease_seconds=60)
+
+    def cycles(self, count: int) -> float:
+        run_once = self.worker.run_once
+        started = time.perf_counter()
+        for _ in range(count):
+            if run_once() is None:
+                raise RuntimeError("the queue ran dry: more items per round are needed")
+        return time.perf_counter() - started
 
 
 class Formatting(logging.Handler):
@@ -156,47 +166,50 @@ VARIANTS: dict[str, Callable[[], Any]] = {
     "no-op hooks": no_hooks, "off": off, "DEBUG logging": debug_logging,
     "OTel metrics": otel_metrics,
 }
-CYCLES: dict[str, Callable[[Path, int], float]] = {
-    "monitor run_once": monitor_cycles, "Worker.run_once": worker_cycles,
+CYCLES: dict[str, Callable[[Path, int], Any]] = {
+    "monitor run_once": MonitorCycles, "Worker.run_once": WorkerCycles,
 }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--items", type=int, default=1500, help="records per round")
-    parser.add_argument("--rounds", type=int, default=6, help="rounds, alternating order")
+    parser.add_argument("--chunk", type=int, default=100, help="cycles per variant per round")
+    parser.add_argument("--rounds", type=int, default=40, help="rounds, rotating the order")
     args = parser.parse_args()
-    rates: dict[tuple[str, str], list[float]] = {}
+    names = list(VARIANTS)
+    seconds: dict[tuple[str, str], list[float]] = {}
     ratios: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as directory:
-        for round_number in range(args.rounds):
-            order = list(VARIANTS) if round_number % 2 == 0 else list(reversed(VARIANTS))
-            for cycle, measure in CYCLES.items():
+        for cycle, make in CYCLES.items():
+            bench = make(Path(directory) / f"{cycle.split()[0]}.db",
+                         args.chunk * len(names) * args.rounds + args.chunk)
+            bench.cycles(args.chunk)  # warm up: statements prepared, caches filled
+            for round_number in range(args.rounds):
+                shift = round_number % len(names)
                 this_round: dict[str, float] = {}
-                for variant in order:
-                    path = Path(directory) / f"{cycle}-{variant}-{round_number}.db".replace(
-                        " ", "_")
+                for variant in names[shift:] + names[:shift]:
                     with VARIANTS[variant]():
-                        this_round[variant] = measure(path, args.items)
-                for variant, rate in this_round.items():
-                    rates.setdefault((cycle, variant), []).append(rate)
+                        this_round[variant] = bench.cycles(args.chunk)
+                for variant, took in this_round.items():
+                    seconds.setdefault((cycle, variant), []).append(took / args.chunk)
                     ratios.setdefault((cycle, variant), []).append(
-                        rate / this_round["no-op hooks"])
-    print(f"observe: {args.rounds} rounds of {args.items} records, medians; SQLite file, "
-          "WAL, synchronous=OFF")
+                        this_round["no-op hooks"] / took)
+    print(f"observe: {args.rounds} rounds of {args.chunk} cycles per variant, the variants "
+          "taking turns (order rotated each round), medians; SQLite file, WAL, "
+          "synchronous=OFF")
     print(f"{'cycle':<18}{'variant':<16}{'cycles/s':>10}{'ratio':>8}  cost per cycle")
     failed = False
     for cycle in CYCLES:
-        base = statistics.median(rates[(cycle, "no-op hooks")])
+        base = statistics.median(seconds[(cycle, "no-op hooks")])
         for variant in VARIANTS:
-            rate = statistics.median(rates[(cycle, variant)])
+            per_cycle = statistics.median(seconds[(cycle, variant)])
             ratio = statistics.median(ratios[(cycle, variant)])
-            cost = (1 / rate - 1 / base) * 1e6
             verdict = ""
             if variant == "off":
                 verdict = f"  target >= {TARGET}: {'ok' if ratio >= TARGET else 'FAIL'}"
                 failed |= ratio < TARGET
-            print(f"{cycle:<18}{variant:<16}{rate:>10.0f}{ratio:>8.3f}  {cost:+.1f} us{verdict}")
+            print(f"{cycle:<18}{variant:<16}{1 / per_cycle:>10.0f}{ratio:>8.3f}  "
+                  f"{(per_cycle - base) * 1e6:+.1f} us{verdict}")
     return 1 if failed else 0
 
 
