@@ -59,6 +59,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from lifecycles.machines.work import Leave, Raised
+
 if TYPE_CHECKING:
     from lifecycles.machines.core import Lifecycle
 
@@ -332,8 +334,6 @@ class Observer:
                  outcomes: Sequence[Any], lost: Callable[[int], bool]) -> None:
         """Each of ``outcomes`` (:class:`~lifecycles.worker.WorkOutcome`, durable) of the
         handler calls on ``claimed``; ``lost(n)``: whether the n-th refusal was a lost race."""
-        from lifecycles.machines.work import Leave, Raised
-
         metrics = self.metrics
         logger = self.logger
         debug = logger.isEnabledFor(logging.DEBUG)

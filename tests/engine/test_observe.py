@@ -445,3 +445,37 @@ def test_the_loop_with_concurrent_handlers_counts_each_outcome_once(
     assert sum(point.value for _, point in found["messaging.client.consumed.messages"]) == 12
     assert sum(point.count for _, point in found["messaging.process.duration"]) == 12
     assert "lifecycles.refusals" not in found and "lifecycles.rescues" not in found
+
+
+def test_without_opentelemetry_a_worker_runs_and_logs_and_nothing_is_imported(
+        tmp_path: Path) -> None:
+    """Run in a fresh interpreter where ``import opentelemetry`` fails, as when the
+    package is not installed: the worker's cycle runs, logs, and records no metrics."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import logging, sqlite3, sys
+        sys.modules["opentelemetry"] = None  # what an absent package looks like to import
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        import lifecycles.worker
+        assert not any(name.startswith("opentelemetry") for name in sys.modules
+                       if sys.modules[name] is not None), "imported at import time"
+        from support.tasks import TASKS, new_task
+        from lifecycles import observe
+        from lifecycles.stores.sqlite import SQLiteStore
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stdout,
+                            format="%(lifecycle_event)s %(lifecycle_key)s")
+        store = SQLiteStore(TASKS, sqlite3.connect({str(tmp_path / "tasks.db")!r}))
+        store.insert(new_task("t-1"))
+        worker = lifecycles.worker.Worker(TASKS, store, lambda task, lease: None)
+        assert worker.run_once() is not None
+        assert not worker.work.observer.collecting()
+        assert observe.watch_health(store, TASKS) is None
+        print("done")
+    """)
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=False, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split("\n")[:3] == ["claim t-1", "transition t-1", "done"]
