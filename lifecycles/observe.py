@@ -36,7 +36,8 @@ work would set them:
 No secret is logged: a lease token (the fencing credential a handler passes on) appears
 only as ``lifecycle_lease``, the first 8 hex digits of its SHA-256 (:func:`lease_digest`),
 enough to tell the leases in a log apart. Records and inputs, which hold the token, are
-never formatted into a message.
+never formatted into a message, nor is an exception's text (a database driver's message
+may quote a refused row): an error is logged as its class and code.
 
 **Metrics.** OpenTelemetry, through ``opentelemetry-api`` (``pip install
 lifecycles[otel]``), meter ``lifecycles``: see :data:`INSTRUMENTS`. Without the package
@@ -437,7 +438,10 @@ class Observer:
         level = logging.WARNING if transient else logging.ERROR
         if self.logger.isEnabledFor(level):
             code = getattr(error, "code", None) or type(error).__qualname__
-            self._log(level, "store_error", f"{self.name}: worker {worker_id}: {error}",
+            # Never the error's text: a driver's message may quote the row it refused
+            # (PostgreSQL's "Failing row contains (...)"), lease token included.
+            self._log(level, "store_error",
+                      f"{self.name}: worker {worker_id}: {type(error).__name__} ({code})",
                       code=code, worker=worker_id, rules=rules_of(error))
 
     def stepped(self, lifecycle: Lifecycle[Any, Any], before: Any, after: Any, trigger: str,

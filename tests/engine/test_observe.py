@@ -479,3 +479,16 @@ def test_without_opentelemetry_a_worker_runs_and_logs_and_nothing_is_imported(
                          check=False, timeout=120)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split("\n")[:3] == ["claim t-1", "transition t-1", "done"]
+
+
+def test_a_store_error_is_logged_by_class_and_code_never_by_its_text(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="lifecycles")
+    secret = "tok-3f9a8c1d0e"
+    error = StoreUnavailable(f"new row violates check: Failing row contains (t-1, {secret})",
+                             code="lifecycles.database_unreachable")
+    observe.observer(TASKS).store_error(error, "worker-a", transient=True)
+    (logged,) = caplog.records
+    assert logged.getMessage() == (
+        "tasks: worker worker-a: StoreUnavailable (lifecycles.database_unreachable)")
+    assert secret not in caplog.text and secret not in repr(logged.__dict__)
