@@ -8,6 +8,8 @@ when a benchmark crashes, or, with `--strict`, when one reports a FAIL target or
 here: a benchmark exits 3 when what it measures on is missing (`bench_peers.py` without a
 PostgreSQL server), reported as "not run". `bench_peers.py` measures procrastinate and
 pgqueuer beside lifecycles when the `bench` extra is installed, and the rest without it.
+`bench_observe.py` measures the cycle with logs and metrics off (against the observe hooks
+replaced by no-ops) and on.
 """
 
 from __future__ import annotations

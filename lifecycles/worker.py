@@ -37,6 +37,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import logging
 import os
 import queue
 import random
@@ -52,6 +53,7 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
+from lifecycles import observe
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle, LifecycleError, TransitionRefused
@@ -259,6 +261,7 @@ class LeaseWork(Generic[R, I]):
         self.fire_again = fire_again
         self.read_again = read_again
         self.refusals = refusals
+        self.observer = observe.observer(lifecycle)
 
     # -- claim ----------------------------------------------------------------------
 
@@ -283,6 +286,18 @@ class LeaseWork(Generic[R, I]):
         answer was lost, :data:`LEASE_DOUBTS`) are taken up first, as this claim's result;
         while none is pending in the process, that costs nothing. A claim whose own
         commit is uncertain is remembered the same way, for the next claim."""
+        observer = self.observer
+        started = time.perf_counter() if observer.collecting() else None
+        claimed = self._claim(store, worker_id, now, lease_seconds, limit)
+        if started is not None or (claimed and observer.logger.isEnabledFor(logging.DEBUG)):
+            observer.claimed(self.lifecycle, worker_id, claimed,
+                             None if started is None else time.perf_counter() - started)
+        return claimed
+
+    def _claim(self, store: Store[R], worker_id: str, now: float, lease_seconds: float,
+               limit: int = 1) -> list[Claimed[R, I]]:
+        """:meth:`claim` without reporting it (its signature: benchmarks/bench_observe.py
+        binds ``claim`` to it, to measure the cycle without the observe hooks)."""
         resumed = self._resumed(store, worker_id, now, limit) if LEASE_DOUBTS else []
         if len(resumed) == limit:
             return [self.held(record, self.inputs(now, worker_id, getattr(
@@ -420,6 +435,13 @@ class LeaseWork(Generic[R, I]):
         """Decide and write one record's step (:func:`~lifecycles.machines.lease.complete`:
         compare-and-set on the record as claimed, else decided again on the record as
         stored); a refusal is the outcome."""
+        outcome = self._finish(store, claimed, result, now, handler_seconds)
+        self._observe_finished(store, (claimed,), (outcome,))
+        return outcome
+
+    def _finish(self, store: Store[R], claimed: Claimed[R, I], result: Result, now: float,
+                handler_seconds: float = 0.0) -> WorkOutcome[R]:
+        """:meth:`finish` without reporting it (its signature, as for :meth:`_claim`)."""
         step: Step[I] | Leave | None = None
         try:
             step = self.decide(claimed, result, now)
@@ -436,6 +458,33 @@ class LeaseWork(Generic[R, I]):
             raise
         return self._outcome(claimed, result, step, written, None, handler_seconds)
 
+    def _observe_finished(self, store: Store[R], claimed: Sequence[Claimed[R, I]],
+                          outcomes: Sequence[WorkOutcome[R]]) -> None:
+        """Report durable outcomes to the lifecycle's logger and instruments, building
+        nothing when neither would record them."""
+        observer = self.observer
+        logger = observer.logger
+        if not (observer.collecting() or logger.isEnabledFor(logging.DEBUG)):
+            for outcome in outcomes:  # a plain loop: the common case, nothing refused
+                if outcome.refusal is not None and logger.isEnabledFor(
+                        logging.INFO if isinstance(outcome.step, Leave) else logging.WARNING):
+                    break
+            else:
+                return
+        observer.finished(self.lifecycle, claimed, outcomes,
+                          lambda at: self.lease_was_taken(store, claimed[at]))
+
+    def lease_was_taken(self, store: Store[R], claimed: Claimed[R, I]) -> bool:
+        """Whether the record of ``claimed`` is no longer leased under its token (another
+        worker rescued it, or claimed it since): a refusal that is a lost race. Asked only
+        on a refusal that is being logged or counted; a store that cannot answer now
+        leaves it a plain refusal."""
+        try:
+            current = store.get(claimed.lease.key)
+        except Exception:
+            return False
+        return current is None or getattr(current, self.lease.token_field) != claimed.lease.token
+
     def finish_many(
         self, store: Store[R], finished: Sequence[tuple[Claimed[R, I], Result, float]],
         now: float,
@@ -447,11 +496,13 @@ class LeaseWork(Generic[R, I]):
         alone on the record as stored, in a transaction. One outcome per record, in order;
         durable on return."""
         try:
-            return self._finish_many(store, finished, now)
+            outcomes = self._finish_many(store, finished, now)
         except StoreUnavailable:
             for claimed, _, _ in finished:
                 self.keep_doubts_of(store, claimed.lease.worker_id, [claimed.record])
             raise
+        self._observe_finished(store, [claimed for claimed, _, _ in finished], outcomes)
+        return outcomes
 
     def _finish_many(
         self, store: Store[R], finished: Sequence[tuple[Claimed[R, I], Result, float]],
@@ -536,11 +587,17 @@ class LeaseWork(Generic[R, I]):
         lease is marked lost) or the store could not be asked (not known to be held)."""
         try:
             self.renew(store, claimed, now)
-        except self.refusals:
+        except self.refusals as refusal:
             claimed.lease.mark_lost()
+            if self.observer.logger.isEnabledFor(logging.WARNING):
+                self.observer.renewed(claimed, refusal)
             return False
-        except StoreUnavailable:
+        except StoreUnavailable as error:
+            if self.observer.logger.isEnabledFor(logging.WARNING):
+                self.observer.store_error(error, claimed.lease.worker_id, transient=True)
             return False
+        if self.observer.logger.isEnabledFor(logging.DEBUG):
+            self.observer.renewed(claimed, None)
         return True
 
     def _outcome(self, claimed: Claimed[R, I], result: Result, step: Step[I] | Leave | None,
@@ -577,6 +634,10 @@ class ExclusiveWork(Generic[R, I]):
         one outcome per record the handler was called on, in order."""
         with store.transaction():
             taken = [store.fire(record, self.intake, inputs) for record in records]
+        observer = observe.observer(self.lifecycle)
+        if observer.wants(logging.DEBUG):
+            for before, after in zip(records, taken, strict=True):
+                observer.stepped(self.lifecycle, before, after, self.intake, None, None)
         outcomes: list[WorkOutcome[R]] = []
 
         def fire(trigger: str, record: R, given: Any) -> R:
@@ -599,6 +660,13 @@ class ExclusiveWork(Generic[R, I]):
                     outcomes.append(WorkOutcome(
                         self.lifecycle.key_of(record), record, result, step, after, None,
                         seconds, str(self.lifecycle.status_of(after))))
+            if observer.wants(logging.DEBUG):  # committed: the transaction above ended
+                for outcome in outcomes:
+                    raised = outcome.result.error if isinstance(outcome.result, Raised) else None
+                    assert outcome.record is not None
+                    observer.stepped(self.lifecycle, outcome.claimed, outcome.record,
+                                     str(outcome.trigger), outcome.handler_seconds,
+                                     None if raised is None else type(raised).__qualname__)
         return outcomes
 
 
@@ -952,6 +1020,11 @@ class Worker(Generic[R, I]):
             self.on_outcome(outcome)
 
     def _failed(self, error: BaseException) -> None:
+        observer = self.work.observer
+        # Unavailable: WARNING, the loop reconnects; anything else it cannot mend: ERROR.
+        transient = isinstance(error, StoreUnavailable)
+        if observer.logger.isEnabledFor(logging.WARNING if transient else logging.ERROR):
+            observer.store_error(error, self.worker_id, transient=transient)
         if self.on_error is not None:
             self.on_error(error)
 

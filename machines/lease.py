@@ -244,17 +244,24 @@ def decide_claim(
 
 def recover_expired(store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs: Any) -> list[R]:
     """Rescue every expired lease at ``inputs.now``; returns the records written."""
-    rescued: list[R] = []
+    return [grant.after for grant in rescue_expired(store, lifecycle, inputs)]
+
+
+def rescue_expired(store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs: Any,
+                   ) -> list[Grant]:
+    """:func:`recover_expired`, returning each rescue's :class:`Grant` (what it ended)."""
+    grants = []
     for record in store.expired_leases(inputs.now):
         grant = rescue(lifecycle, record, inputs)
         store.put(grant.before, grant.after, grant.row)
-        rescued.append(grant.after)
-    return rescued
+        grants.append(grant)
+    return grants
 
 
 def claim(
     store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs: Any,
     on_lease: Callable[[R], None] | None = None,
+    on_rescue: Callable[[list[Grant]], None] | None = None,
 ) -> R | None:
     """Rescue expired leases, then lease the first due record, as if in one transaction.
 
@@ -263,6 +270,7 @@ def claim(
     when neither settles the claim, the whole protocol in one store transaction.
     ``on_lease`` sees the newly leased record inside that transaction (so it always
     takes the transaction); an exception it raises rolls the whole claim back.
+    ``on_rescue`` is told the rescues once they are committed (a store's logs and metrics).
     """
     declared_lease(lifecycle)
     if on_lease is None:
@@ -272,13 +280,14 @@ def claim(
         if settled is not UNSETTLED:
             return settled  # type: ignore[return-value]  # a record or None, never UNSETTLED
     # The one-transaction protocol is a batch of one.
-    granted = claim_in_transaction(store, lifecycle, lambda _: inputs, 1, on_lease)
+    granted = claim_in_transaction(store, lifecycle, lambda _: inputs, 1, on_lease, on_rescue)
     return granted[0] if granted else None
 
 
 def claim_many(
     store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs_for: Callable[[int], Any],
     limit: int, on_lease: Callable[[R], None] | None = None,
+    on_rescue: Callable[[list[Grant]], None] | None = None,
 ) -> list[R]:
     """In one transaction: rescue expired leases, then lease up to ``limit`` due records.
 
@@ -300,19 +309,20 @@ def claim_many(
         if settled is not UNSETTLED:
             return settled  # type: ignore[return-value]  # the records leased
         inputs_for = minted
-    return claim_in_transaction(store, lifecycle, inputs_for, limit, on_lease)
+    return claim_in_transaction(store, lifecycle, inputs_for, limit, on_lease, on_rescue)
 
 
 def claim_in_transaction(
     store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs_for: Callable[[int], Any],
     limit: int, on_lease: Callable[[R], None] | None = None,
+    on_rescue: Callable[[list[Grant]], None] | None = None,
 ) -> list[R]:
     """:func:`claim_many` decided in Python, in one store transaction: rescues, then the
     due records in claim order, passing over refused ones."""
     granted: list[R] = []
     with store.transaction():
         first = inputs_for(0)
-        recover_expired(store, lifecycle, first)
+        rescues = rescue_expired(store, lifecycle, first)
         passed_over: frozenset[str] = frozenset()
         inputs = first
         while len(granted) < limit:
@@ -339,6 +349,8 @@ def claim_in_transaction(
                 granted.append(grant.after)
             if len(candidates) < wanted:
                 break  # nothing more is due
+    if rescues and on_rescue is not None:  # committed: told once, never rolled back
+        on_rescue(rescues)
     return granted
 
 

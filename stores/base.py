@@ -49,6 +49,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
+from lifecycles import observe
 from lifecycles.invariants.core import InvariantViolation, build_record
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lease, Lifecycle, LifecycleError, Row
@@ -356,19 +357,30 @@ class Store(ABC, Generic[R]):
     def recover_expired(self, inputs: Any) -> list[R]:
         """Fire the lease-expiry trigger on every expired lease; returns the new records
         (:func:`lifecycles.machines.lease.recover_expired`)."""
-        return lease_protocol.recover_expired(self.leasing(), self.lifecycle, inputs)
+        grants = lease_protocol.rescue_expired(self.leasing(), self.lifecycle, inputs)
+        if grants:
+            self._rescued(grants)
+        return [grant.after for grant in grants]
 
     def claim(self, inputs: Any) -> R | None:
         """In one transaction: recover expired leases, then lease the first due record,
         passing over refused ones (:func:`lifecycles.machines.lease.claim`)."""
-        return lease_protocol.claim(self.leasing(), self.lifecycle, inputs, self.on_lease)
+        return lease_protocol.claim(self.leasing(), self.lifecycle, inputs, self.on_lease,
+                                    self._rescued)
 
     def claim_many(self, inputs_for: Callable[[int], Any], limit: int) -> list[R]:
         """In one transaction: recover expired leases, then lease up to ``limit`` due
         records in claim order (:func:`lifecycles.machines.lease.claim_many`)."""
         return lease_protocol.claim_many(
-            self.leasing(), self.lifecycle, inputs_for, limit, self.on_lease
+            self.leasing(), self.lifecycle, inputs_for, limit, self.on_lease, self._rescued
         )
+
+    def _rescued(self, grants: list[lease_protocol.Grant]) -> None:
+        """Rescues this store committed, reported to the lifecycle's logger and metrics
+        (:mod:`lifecycles.observe`): every store's rescues pass here, as every store's
+        claims rescue through the protocol (a one-statement claim never rescues), while
+        the checker, which drives the protocol over its own model, reports none."""
+        observe.observer(self.lifecycle).rescued(self.lifecycle, grants)
 
     def leased_under(self, tokens: Collection[str], now: float) -> list[R]:
         """The records leased under one of ``tokens`` whose lease is live at ``now``, in
