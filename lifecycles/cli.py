@@ -31,6 +31,7 @@ COMMAND_MODULES: dict[str, str] = {
     "lifecycles.diagrams": "diagrams",
     "lifecycles.cli_outbox": "outbox",
     "lifecycles.cli_worker": "worker",
+    "lifecycles.cli_ops": "list",  # and status, health, explain
 }
 """Each command module, and the command its ``register`` adds."""
 

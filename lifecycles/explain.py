@@ -539,7 +539,20 @@ def print_explanation(
 
 
 __all__ = [
-    "Assumed", "Explanation", "GuardCheck", "InputsNow", "RowCheck", "RuleCheck", "Verdict",
-    "NoInputsDeclared", "explain", "inputs_failure", "inputs_now_for", "lifecycle_inputs_now",
-    "monitor_inputs_now", "outbox_inputs_now", "print_explanation", "render_text",
+    "Assumed",
+    "Explanation",
+    "GuardCheck",
+    "InputsNow",
+    "NoInputsDeclared",
+    "RowCheck",
+    "RuleCheck",
+    "Verdict",
+    "explain",
+    "inputs_failure",
+    "inputs_now_for",
+    "lifecycle_inputs_now",
+    "monitor_inputs_now",
+    "outbox_inputs_now",
+    "print_explanation",
+    "render_text",
 ]
