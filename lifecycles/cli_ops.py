@@ -603,7 +603,7 @@ def prometheus(found: Sequence[Figures]) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    rows = [{"name": lifecycle.name, "statuses": len(lifecycle.statuses),
+    rows: list[dict[str, Any]] = [{"name": lifecycle.name, "statuses": len(lifecycle.statuses),
              "leased": lifecycle.lease is not None, "table_version": lifecycle.table_version,
              "module": lifecycle.module}
             for lifecycle in _lifecycles(args.module).values()]
@@ -687,7 +687,7 @@ def _counts(opened: Opened, now: float) -> Figures:
 
 
 def _stored(opened: Opened, key: str, args: argparse.Namespace
-            ) -> tuple[dict[str, Any] | None, str, str | None, tuple[str, ...], tuple[str, ...]]:
+            ) -> tuple[dict[str, Any], str, str | None, tuple[str, ...], tuple[str, ...]]:
     """The values stored under ``key`` as they are, where, the status the store files
     them under, its findings and notes; ``missing`` when there is no such record."""
     if opened.sql:
