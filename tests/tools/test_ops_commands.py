@@ -232,11 +232,13 @@ def test_explain_as_text_json_and_mermaid(
     assert verdicts["rescue"] == ("retry_wait", None)
     assert verdicts["succeed"] == (None, "refund.lease_expired")
     assert document["values"]["lease_token"] == "(set, not shown)" and SECRET not in out
-    assert document["mermaid"].startswith("stateDiagram-v2")
+    assert "rows leaving leased\n---\nstateDiagram-v2\n" in document["mermaid"]
     code, out, _ = ops(capsys, "explain", "refund", "rf-1", *where, "--now", "10",
                        "--mermaid")
-    assert code == 0 and out.startswith("stateDiagram-v2")
-    assert "submitted --> leased" in out and "submitted --> cancelled" in out
+    assert code == 0 and out.startswith("---\ntitle: refund lifecycle")
+    assert "rows leaving submitted" in out.splitlines()[1]
+    assert "  submitted --> leased: claim [is_due]" in out.splitlines()
+    assert "  submitted --> cancelled: cancel" in out.splitlines()
 
 
 # --- broken records, and reading without changing ------------------------------------------
