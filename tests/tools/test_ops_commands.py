@@ -410,3 +410,52 @@ def test_label_values_are_escaped_as_the_exposition_format_says() -> None:
     assert sample.labels == {"lifecycle": odd, "status": "waiting"} and sample.value == 2
     (violation,) = families["lifecycles_rule_violations"].samples
     assert violation.labels == {"lifecycle": odd, "rule": odd} and violation.value == 1
+
+
+# --- the shipped lifecycles through the same commands ---------------------------------------
+
+
+def test_the_monitor_through_the_generic_commands_agrees_with_its_own(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from support.monitor import CAPABILITIES, three_items
+
+    path = tmp_path / "monitor.db"
+    monitor = three_items(path)
+    assert monitor.claim("w1", now=30, lease_seconds=100) is not None
+    monitor.connection.close()
+    before = tree(tmp_path)
+    where = ["--db", str(path), "--now", "40", "--json"]
+    code, out, _ = run(capsys, "health", "monitor", *where)
+    generic = json.loads(out)
+    code_own, out, _ = run(capsys, "monitor", "health", "--capabilities", CAPABILITIES, *where)
+    own = json.loads(out)
+    assert (code, generic["counts"], generic["due"], generic["expired"]) == (
+        code_own, own["counts"], own["due"], own["expired_leases"])
+    code, out, _ = run(capsys, "explain", "monitor", "e1", *where)
+    code_own, out_own, _ = run(capsys, "monitor", "explain", "--capabilities", CAPABILITIES,
+                               "e1", *where)
+    generic, own = json.loads(out), json.loads(out_own)
+    assert code == code_own == 0
+    assert generic["verdicts"] == own["verdicts"] and generic["rows"] == own["rows"]
+    assert tree(tmp_path) == before
+
+
+def test_the_outbox_through_the_generic_commands(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    from lifecycles.outbox import CloseOutbox, CloseRequest
+
+    outbox = CloseOutbox(state_dir=tmp_path)
+    outbox.enqueue(CloseRequest("run-1", "tx", "complete", {"i": 1}))
+    root = tmp_path / "close-outbox"
+    (entry,) = [p.stem for p in (root / "pending").iterdir()]
+    before = tree(tmp_path)
+    code, out, _ = run(capsys, "health", "outbox", "--root", str(root), "--json")
+    document = json.loads(out)
+    assert code == 0 and document["counts"] == {"pending": 1, "delivered": 0, "quarantined": 0}
+    assert document["leased"] is False
+    code, out, _ = run(capsys, "explain", "outbox", entry, "--root", str(root), "--json")
+    verdicts = {v["trigger"]: (v["dest"], v["guard"]) for v in json.loads(out)["verdicts"]}
+    assert code == 0 and verdicts["attempt"] == ("pending", None)
+    assert verdicts["deliver"] == (None, "attempt_recorded")  # what a replay would pass
+    assert tree(tmp_path) == before
