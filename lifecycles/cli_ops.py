@@ -42,7 +42,7 @@ from typing import Any
 import attrs
 
 from lifecycles.cli import CommandError, Parser, add_command
-from lifecycles.explain import explain, inputs_now_for, print_explanation
+from lifecycles.explain import explain, inputs_now_for, print_explanation, shown_now
 from lifecycles.explain_stored import files_entry, sql_values
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines import lease as lease_protocol
@@ -74,7 +74,8 @@ EXIT_CODES = (
                  "`unknown_lifecycle`, `no_lifecycle`, `dsn_invalid`, a --module that does "
                  "not import: `module_not_found`, `module_import_failed`, ...)"),
     (EXIT_REFUSED, "the store refused: `missing` (no record under KEY), `state_invalid` "
-                   "(status KEY of a broken record: explain it), `schema_altered` (the table "
+                   "(status KEY of a broken record: explain it; health, when a rule with no "
+                   "SQL form finds one), `schema_altered` (the table "
                    "is not the one the lifecycle's store writes), `database_integrity`"),
     (EXIT_NO_DATABASE, "no database or store at the path, or it holds no store of this "
                        "lifecycle (`no_database`, `no_table`, `no_store`)"),
@@ -734,7 +735,8 @@ def _explain(args: argparse.Namespace) -> int:
         lifecycle = opened.lifecycle
         values, where, status, findings, notes = _stored(opened, args.key, args)
     explanation = explain(lifecycle, values, inputs_now_for(lifecycle, now), where=where,
-                          now=str(now), store_findings=findings, notes=notes, status=status)
+                          now=shown_now(lifecycle, now), store_findings=findings, notes=notes,
+                          status=status)
     return print_explanation(lifecycle, explanation, args.json, args.mermaid)
 
 

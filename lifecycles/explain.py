@@ -436,15 +436,25 @@ def inputs_now_for(lifecycle: AnyLifecycle, now: float) -> InputsNow:
     (:func:`monitor_inputs_now`, :func:`outbox_inputs_now`), else
     :func:`lifecycle_inputs_now`."""
     from lifecycles.machines.monitor import MONITOR
-    from lifecycles.machines.outbox import OUTBOX, iso_timestamp
+    from lifecycles.machines.outbox import OUTBOX
 
     if lifecycle is MONITOR:
         return monitor_inputs_now(now)
     if lifecycle is OUTBOX:
+        return outbox_inputs_now(shown_now(lifecycle, now))
+    return lifecycle_inputs_now(lifecycle, now)
+
+
+def shown_now(lifecycle: AnyLifecycle, now: float) -> str:
+    """``now`` as the lifecycle's records write times: an ISO timestamp for the outbox,
+    UNIX seconds for every other."""
+    from lifecycles.machines.outbox import OUTBOX, iso_timestamp
+
+    if lifecycle is OUTBOX:
         from datetime import UTC, datetime
 
-        return outbox_inputs_now(iso_timestamp(datetime.fromtimestamp(now, UTC)))
-    return lifecycle_inputs_now(lifecycle, now)
+        return iso_timestamp(datetime.fromtimestamp(now, UTC))
+    return str(now)
 
 
 # --- text ----------------------------------------------------------------------------
@@ -555,4 +565,5 @@ __all__ = [
     "outbox_inputs_now",
     "print_explanation",
     "render_text",
+    "shown_now",
 ]

@@ -454,7 +454,9 @@ def test_the_outbox_through_the_generic_commands(capsys: pytest.CaptureFixture[s
     document = json.loads(out)
     assert code == 0 and document["counts"] == {"pending": 1, "delivered": 0, "quarantined": 0}
     assert document["leased"] is False
-    code, out, _ = run(capsys, "explain", "outbox", entry, "--root", str(root), "--json")
+    code, out, _ = run(capsys, "explain", "outbox", entry, "--root", str(root), "--json",
+                       "--now", "1769904000")
+    assert json.loads(out)["now"] == "2026-02-01T00:00:00+00:00"  # as the outbox writes times
     verdicts = {v["trigger"]: (v["dest"], v["guard"]) for v in json.loads(out)["verdicts"]}
     assert code == 0 and verdicts["attempt"] == ("pending", None)
     assert verdicts["deliver"] == (None, "attempt_recorded")  # what a replay would pass
