@@ -41,9 +41,16 @@ from typing import Any
 
 import attrs
 
-from lifecycles.cli import CommandError, Parser, add_command
-from lifecycles.explain import explain, inputs_now_for, print_explanation, shown_now
-from lifecycles.explain_stored import files_entry, sql_values
+from lifecycles.cli import CommandError, Parser, add_command, exit_code_table
+from lifecycles.explain import (
+    Explanation,
+    InputsNow,
+    explain,
+    inputs_now_for,
+    print_explanation,
+    shown_now,
+)
+from lifecycles.explain_stored import StoredEntry, files_entry, sql_values
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle
@@ -123,7 +130,8 @@ def register(subparsers: Any) -> None:
     ):
         command = subparsers.add_parser(
             name, parents=[store], help=summary, description=f"{summary}.\n\n{__doc__}",
-            epilog=_table(), formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=exit_code_table(EXIT_CODES),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         if name == "status":
             command.add_argument("key", metavar="KEY", nargs="?", default=None)
@@ -137,12 +145,6 @@ def register(subparsers: Any) -> None:
                                  help="text (default), json (as --json), or the Prometheus "
                                       "text exposition")
         command.set_defaults(handler=handler)
-
-
-def _table() -> str:
-    from lifecycles.cli import exit_code_table
-
-    return exit_code_table(EXIT_CODES)
 
 
 def _add_modules(parser: argparse.ArgumentParser) -> None:
@@ -304,7 +306,6 @@ class Opened:
     store: Any
     where: str
     sql: bool
-    postgres: bool = False
 
     def close(self) -> None:
         if self.sql:
@@ -393,8 +394,7 @@ def open_store(lifecycle: AnyLifecycle, args: argparse.Namespace) -> Opened:
     except Exception as error:
         connection.close()
         raise database_error(error, where) from None
-    return Opened(lifecycle, store, f"{schema.table} in {where}", sql=True,
-                  postgres=args.dsn is not None)
+    return Opened(lifecycle, store, f"{schema.table} in {where}", sql=True)
 
 
 def _open_files(lifecycle: AnyLifecycle, root: Path) -> Opened:
@@ -655,7 +655,7 @@ def _status(args: argparse.Namespace) -> int:
         if args.key is None:
             found = _counts(opened, now)
         else:
-            document = _one_status(opened, args.key, now, args)
+            document = _one_status(opened, args.key, now)
     if args.key is None:
         if args.json:
             print(json.dumps({key: value for key, value in found.as_json().items()
@@ -687,19 +687,19 @@ def _counts(opened: Opened, now: float) -> Figures:
     return Figures(lifecycle.name, leased, sum(counts.values()), counts, due, expired, 0)
 
 
-def _stored(opened: Opened, key: str, args: argparse.Namespace
-            ) -> tuple[dict[str, Any], str, str | None, tuple[str, ...], tuple[str, ...]]:
-    """The values stored under ``key`` as they are, where, the status the store files
-    them under, its findings and notes; ``missing`` when there is no such record."""
+def _stored(opened: Opened, key: str) -> StoredEntry:
+    """The values stored under ``key`` as they are, where, and what the store finds wrong
+    with them; ``missing`` when there is no such record."""
     if opened.sql:
         values = sql_values(opened.store, key)
         if values is None:
             raise _missing(opened, key)
-        return values, opened.where, None, (), ()
+        status = str(values.get(opened.lifecycle.status_field))
+        return StoredEntry(opened.where, status, values)
     entry = files_entry(opened.store, key)
     if entry is None:
         raise _missing(opened, key)
-    return entry.values or {}, entry.where, entry.status, entry.findings, entry.notes
+    return entry
 
 
 def _missing(opened: Opened, key: str) -> CommandError:
@@ -707,18 +707,22 @@ def _missing(opened: Opened, key: str) -> CommandError:
                 f"no {opened.lifecycle.name} record under key {key!r} in {opened.where}")
 
 
-def _one_status(opened: Opened, key: str, now: float, args: argparse.Namespace
-                ) -> dict[str, Any]:
+def _explained(lifecycle: AnyLifecycle, entry: StoredEntry, inputs_now: InputsNow,
+               now: str) -> Explanation:
+    return explain(lifecycle, entry.values or {}, inputs_now, where=entry.where, now=now,
+                   store_findings=entry.findings, notes=entry.notes, status=entry.status)
+
+
+def _one_status(opened: Opened, key: str, now: float) -> dict[str, Any]:
     lifecycle = opened.lifecycle
-    values, where, status, findings, notes = _stored(opened, key, args)
-    judged = explain(lifecycle, values, lambda record: {}, where=where, now=str(now),
-                     store_findings=findings, notes=notes, status=status)
+    entry = _stored(opened, key)
+    judged = _explained(lifecycle, entry, lambda record: {}, str(now))  # its rules only
     if not judged.trusted:
         rules = ", ".join(judged.broken) or "; ".join(judged.store_findings)
         raise fail(EXIT_REFUSED, "state_invalid",
                    f"the {lifecycle.name} record {key!r} breaks the rules {rules}; explain "
                    f"it with: lifecycles explain {lifecycle.name} {key} ...")
-    record = lifecycle.record_type(**values)
+    record = lifecycle.record_type(**(entry.values or {}))
     leased = lifecycle.lease is not None
     return {
         "lifecycle": lifecycle.name, "key": key, "status": judged.status,
@@ -733,10 +737,9 @@ def _one_status(opened: Opened, key: str, now: float, args: argparse.Namespace
 def _explain(args: argparse.Namespace) -> int:
     with _reading(args) as (opened, now):
         lifecycle = opened.lifecycle
-        values, where, status, findings, notes = _stored(opened, args.key, args)
-    explanation = explain(lifecycle, values, inputs_now_for(lifecycle, now), where=where,
-                          now=shown_now(lifecycle, now), store_findings=findings, notes=notes,
-                          status=status)
+        entry = _stored(opened, args.key)
+    explanation = _explained(lifecycle, entry, inputs_now_for(lifecycle, now),
+                             shown_now(lifecycle, now))
     return print_explanation(lifecycle, explanation, args.json, args.mermaid)
 
 
