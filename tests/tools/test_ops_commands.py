@@ -54,6 +54,14 @@ BRITTLE = Lifecycle(
     lease=LEASE.lease,
     handling=Handling(inputs=lease_inputs, finish=outcomes(success="succeed", failure="fail")),
 )
+
+BARE = Lifecycle(  # no Handling, and no exploration beside it: no inputs to assume
+    name="bare", statuses=RefundStatus, table=TABLE, initial=RefundStatus.SUBMITTED,
+    final=[RefundStatus.SUCCEEDED, RefundStatus.FAILED, RefundStatus.CANCELLED],
+    creation="submit", guards=GUARDS, effects=EFFECTS, invariants=REFUND_INVARIANTS,
+    record_type=Refund, key_field="refund_id", not_allowed_code=CODE + "not_allowed",
+    lease=LEASE.lease,
+)
 '''
 RAISING_LINE = 8  # `raise LookupError(...)` above
 
@@ -397,6 +405,22 @@ def test_the_users_inputs_function_raising_is_named_at_its_line(
                        str(brittle_module), "--json")
     document = json.loads(out)
     assert code == 1 and document["inputs_failure"] == place and document["broken"] == []
+
+
+def test_a_lifecycle_declaring_nothing_to_build_inputs_from(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, brittle_module: Path
+) -> None:
+    from lifecycles.registry import import_target as importing
+
+    bare = importing(str(brittle_module)).BARE
+    (where,) = list(_store("sqlite", tmp_path, bare))
+    code, out, err = run(capsys, "explain", "bare", "rf-1", *where, "--module",
+                         str(brittle_module), "--json")
+    assert code == 1
+    assert json.loads(out)["inputs_failure"] == (
+        "NoInputsDeclared: bare declares no Handling and no exploration (in "
+        "ops_brittle_refunds_inputs or ops_brittle_refunds) to build its inputs from")
+    assert "NoInputsDeclared: bare declares no Handling" in one_line_error(err)
 
 
 # --- the exposition's escaping -------------------------------------------------------------
