@@ -41,7 +41,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.cli import CommandError, Parser, add_command, exit_code_table
+from lifecycles.cli import CommandError, add_command, exit_code_table
 from lifecycles.explain import (
     Explanation,
     InputsNow,
@@ -102,49 +102,63 @@ FORMATS = ("text", "json", "prometheus")
 
 
 def register(subparsers: Any) -> None:
+    """``lifecycles list``; :func:`register_status`, :func:`register_health` and
+    :func:`register_explain` add the others (one command module each, see
+    ``lifecycles.cli.COMMAND_MODULES``)."""
     listing = add_command(subparsers, "list", "every lifecycle known here, one line each",
                           __doc__, EXIT_CODES)
     _add_modules(listing)
     listing.add_argument("--json", action="store_true", help="print JSON for machines")
     listing.set_defaults(handler=_list)
-    store = Parser(add_help=False)
-    store.add_argument("name", metavar="NAME", help="the lifecycle (see `lifecycles list`)")
-    where = store.add_mutually_exclusive_group(required=True)
+
+
+def _store_command(subparsers: Any, name: str, summary: str) -> argparse.ArgumentParser:
+    """A command reading one store of the lifecycle NAME."""
+    command: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=summary, description=f"{summary}.\n\n{__doc__}",
+        epilog=exit_code_table(EXIT_CODES), formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    command.add_argument("name", metavar="NAME", help="the lifecycle (see `lifecycles list`)")
+    where = command.add_mutually_exclusive_group(required=True)
     where.add_argument("--db", type=Path, metavar="FILE", help="a SQLite file")
     where.add_argument("--dsn", metavar="DSN",
                        help="a PostgreSQL connection string (needs lifecycles[postgres])")
     where.add_argument("--root", type=Path, metavar="DIR", help="a files store's directory")
-    _add_modules(store)
-    store.add_argument("--now", type=float, default=None, metavar="SECONDS",
-                       help="the time to answer for, in UNIX seconds (default: the clock)")
-    store.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
-                       help="how long to wait for a locked SQLite database or to reach the "
-                            "PostgreSQL server (default 5)")
-    store.add_argument("--json", action="store_true", help="print JSON for machines")
-    for name, handler, summary in (
-        ("status", _status, "the records per status, due and expired; with KEY one record"),
-        ("health", _health, "the figures and every rule on every record; exit 1 when "
-                            "blocked"),
-        ("explain", _explain, "one record: its status, the rows open from it and which of "
-                              "their guards hold now, the rules it keeps"),
-    ):
-        command = subparsers.add_parser(
-            name, parents=[store], help=summary, description=f"{summary}.\n\n{__doc__}",
-            epilog=exit_code_table(EXIT_CODES),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        if name == "status":
-            command.add_argument("key", metavar="KEY", nargs="?", default=None)
-        if name == "explain":
-            command.add_argument("key", metavar="KEY")
-            command.add_argument("--mermaid", action="store_true",
-                                 help="draw the record's status and the rows leaving it as "
-                                      "Mermaid (with --json: a `mermaid` key)")
-        if name == "health":
-            command.add_argument("--format", choices=FORMATS, default=None,
-                                 help="text (default), json (as --json), or the Prometheus "
-                                      "text exposition")
-        command.set_defaults(handler=handler)
+    _add_modules(command)
+    command.add_argument("--now", type=float, default=None, metavar="SECONDS",
+                         help="the time to answer for, in UNIX seconds (default: the clock)")
+    command.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                         help="how long to wait for a locked SQLite database or to reach the "
+                              "PostgreSQL server (default 5)")
+    command.add_argument("--json", action="store_true", help="print JSON for machines")
+    return command
+
+
+def register_status(subparsers: Any) -> None:
+    command = _store_command(subparsers, "status", "the records per status, due and "
+                                                   "expired; with KEY one record")
+    command.add_argument("key", metavar="KEY", nargs="?", default=None)
+    command.set_defaults(handler=_status)
+
+
+def register_health(subparsers: Any) -> None:
+    command = _store_command(subparsers, "health", "the figures and every rule on every "
+                                                   "record; exit 1 when blocked")
+    command.add_argument("--format", choices=FORMATS, default=None,
+                         help="text (default), json (as --json), or the Prometheus text "
+                              "exposition")
+    command.set_defaults(handler=_health)
+
+
+def register_explain(subparsers: Any) -> None:
+    command = _store_command(subparsers, "explain", "one record: its status, the rows open "
+                                                    "from it and which of their guards hold "
+                                                    "now, the rules it keeps")
+    command.add_argument("key", metavar="KEY")
+    command.add_argument("--mermaid", action="store_true",
+                         help="draw the record's status and the rows leaving it as Mermaid "
+                              "(with --json: a `mermaid` key)")
+    command.set_defaults(handler=_explain)
 
 
 def _add_modules(parser: argparse.ArgumentParser) -> None:
@@ -745,5 +759,6 @@ def _explain(args: argparse.Namespace) -> int:
 
 __all__ = [
     "EXIT_CODES", "FORMATS", "METRICS", "Figures", "Opened", "figures", "files_layout",
-    "open_store", "prometheus",
+    "open_store", "prometheus", "register", "register_explain", "register_health",
+    "register_status",
 ]
