@@ -405,7 +405,8 @@ def lifecycle_inputs_now(
                 assumed[trigger] = Assumed(base, f"the application or an operator at now "
                                                  f"(inputs {how}, defaults besides now)")
         if lease is not None:
-            claim = Assumed(fresh, f"a claim by a new worker ({NEW_WORKER}) at now ({how})")
+            worker = f" ({NEW_WORKER})" if handling is not None else ""
+            claim = Assumed(fresh, f"a claim by a new worker{worker} at now ({how})")
             assumed[lease.trigger] = claim
             assumed[lease.expiry_trigger] = Assumed(
                 fresh, "any worker's claim at now (it rescues expired leases first)")

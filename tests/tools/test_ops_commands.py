@@ -65,6 +65,28 @@ BARE = Lifecycle(  # no Handling, and no exploration beside it: no inputs to ass
 '''
 RAISING_LINE = 8  # `raise LookupError(...)` above
 
+# A lifecycle with no Handling: its claims are judged with the exploration's lease inputs.
+EXPLORED_SOURCE = '''\
+from examples.refund.lifecycle import (
+    CODE, EFFECTS, GUARDS, REFUND_INVARIANTS, TABLE, LEASE, Refund, RefundStatus)
+from lifecycles.machines.blocks import WorkInputs
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.exploration import Exploration
+
+EXPLORED = Lifecycle(
+    name="explored", statuses=RefundStatus, table=TABLE, initial=RefundStatus.SUBMITTED,
+    final=[RefundStatus.SUCCEEDED, RefundStatus.FAILED, RefundStatus.CANCELLED],
+    creation="submit", guards=GUARDS, effects=EFFECTS, invariants=REFUND_INVARIANTS,
+    record_type=Refund, key_field="refund_id", not_allowed_code=CODE + "not_allowed",
+    lease=LEASE.lease,
+)
+EXPLORATION = Exploration(
+    lifecycle=EXPLORED, initial=list, moves=(), abstraction=repr, abstraction_doc="as is",
+    bounds="none", lease_inputs=lambda now, token: WorkInputs(
+        now=now, worker_id="explorer", lease_token=token, lease_seconds=30.0),
+)
+'''
+
 
 def fill(store: Any) -> None:
     """The three refunds of the module docstring, written through ``store``."""
@@ -405,6 +427,24 @@ def test_the_users_inputs_function_raising_is_named_at_its_line(
                        str(brittle_module), "--json")
     document = json.loads(out)
     assert code == 1 and document["inputs_failure"] == place and document["broken"] == []
+
+
+def test_without_a_handling_the_exploration_gives_the_inputs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from lifecycles.registry import import_target as importing
+
+    module = tmp_path / "ops_explored_refunds.py"
+    module.write_text(EXPLORED_SOURCE, encoding="utf-8")
+    (where,) = list(_store("sqlite", tmp_path, importing(str(module)).EXPLORED))
+    code, out, err = run(capsys, "explain", "explored", "rf-1", *where, "--module",
+                         str(module), "--now", "10")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert "  claim   fires row #1 -> leased" in lines
+    assert "          assumed: a claim by a new worker at now (as " \
+           "ops_explored_refunds:EXPLORATION builds a claim's)" in lines
+    assert "  cancel  fires row #8 -> cancelled" in lines
 
 
 def test_a_lifecycle_declaring_nothing_to_build_inputs_from(
