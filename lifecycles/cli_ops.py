@@ -119,7 +119,7 @@ def _store_command(subparsers: Any, name: str, summary: str) -> argparse.Argumen
         epilog=exit_code_table(EXIT_CODES), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     command.add_argument("name", metavar="NAME", help="the lifecycle (see `lifecycles list`)")
-    where = command.add_mutually_exclusive_group(required=True)
+    where = command.add_mutually_exclusive_group()  # none: the default store (_default_store)
     where.add_argument("--db", type=Path, metavar="FILE", help="a SQLite file")
     where.add_argument("--dsn", metavar="DSN",
                        help="a PostgreSQL connection string (needs lifecycles[postgres])")
@@ -187,6 +187,15 @@ def _lifecycles(modules: Sequence[str]) -> dict[str, AnyLifecycle]:
     except CheckerError as error:
         raise CommandError(EXIT_USAGE, error.error, error.message) from error
     return known
+
+
+def _default_store(args: argparse.Namespace) -> None:
+    """With no --db, --dsn or --root, the store to read by default: none yet (a project's
+    ``store`` setting, once projects are registered), so the command says what to pass."""
+    if args.db is not None or args.dsn is not None or args.root is not None:
+        return
+    raise CommandError(EXIT_USAGE, "usage", f"{args.command}: no store: pass --db FILE, "
+                       "--dsn DSN or --root DIR")
 
 
 def _lifecycle(name: str, modules: Sequence[str]) -> AnyLifecycle:
@@ -475,6 +484,7 @@ def _reading(args: argparse.Namespace) -> Iterator[tuple[Opened, float]]:
         raise fail(EXIT_USAGE, "time_invalid",
                    "--now must be a finite, non-negative number of UNIX seconds")
     lifecycle = _lifecycle(args.name, args.module)
+    _default_store(args)
     opened = open_store(lifecycle, args)
     try:
         if opened.sql:

@@ -370,6 +370,16 @@ def test_a_missing_database_or_directory_is_never_created(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_no_store_named(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = ops(capsys, "health", "refund", "--json")
+    assert (code, json.loads(out)["error"]) == (2, "usage")
+    assert one_line_error(err) == (
+        "lifecycles: health: no store: pass --db FILE, --dsn DSN or --root DIR")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_store_of_another_lifecycle(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                         kind: str) -> None:
