@@ -1,6 +1,12 @@
 """`lifecycles check`: definition checks, the status snapshot, and exhaustive bounded exploration.
 
-For each lifecycle (every registered one, those named, or those a ``--module`` declares):
+Which lifecycles: those named (NAME ...), else those the ``--module`` options declare,
+else, in a project (the nearest pyproject.toml with a [tool.lifecycles] table, from the
+current directory up), those its ``modules`` declare: a project's CI checks its own
+lifecycles, not the monitor and outbox lifecycles shipped with lifecycles (name them to
+check them too). Outside a project: every installed lifecycle, the shipped ones and those
+of the entry-point group ``lifecycles.lifecycles``. A name is looked for among all of
+these. For each lifecycle:
 
 1. the definition checks (:mod:`lifecycles.machines.checks`);
 2. the status snapshot: every status recorded in the snapshot file (statuses that stored
@@ -20,13 +26,14 @@ It prints the figures (states, edges, depth, time, states/s, fires per row). A v
 prints the shortest trace and writes it as a pytest file that replays it from any
 directory.
 
-The status snapshot: ``--statuses FILE``, else the first ``lifecycle-statuses.json``
-found from the current directory upwards, up to and including the project root (the
-first directory holding ``pyproject.toml`` or ``.git``). When none is found the summary
-says so in a WARNING (removed statuses cannot be detected), and ``--record-statuses``
-creates it at the project root (else in the current directory). A ``--statuses FILE``
-that does not exist is an error (``snapshot_missing``) unless ``--record-statuses``
-is given, which creates it.
+The status snapshot: ``--statuses FILE``, else in a project its ``statuses`` setting
+(default: lifecycle-statuses.json beside its pyproject.toml), else the first
+``lifecycle-statuses.json`` found from the current directory upwards, up to and
+including the project root (the first directory holding ``pyproject.toml`` or ``.git``).
+When none is found the summary says so in a WARNING (removed statuses cannot be
+detected), and ``--record-statuses`` creates it (at the project root, else in the
+current directory). A ``--statuses FILE`` that does not exist is an error
+(``snapshot_missing``) unless ``--record-statuses`` is given, which creates it.
 
 exit codes:
   0  every check passed
@@ -38,7 +45,8 @@ exit codes:
   2  the check could not run; one line on stderr says where and what to do (with
      --json also {"error": CODE, "message": ...} on stdout; --traceback adds the
      Python traceback on stderr):
-       module_not_found      the --module (or a module it imports) cannot be found
+       module_not_found      a module named (or one it imports) cannot be found, or
+                             its .py file does not exist
        module_syntax_error   a module has a syntax error (file:line)
        module_import_failed  importing a module raised an exception (file:line)
        definition_invalid    a lifecycle declaration is invalid, a shipped one's too
@@ -50,6 +58,13 @@ exit codes:
                              during the exploration (file:line; the trace and replay
                              file are printed on stdout when the step is known)
        unknown_lifecycle     a NAME no loaded module declares
+       no_lifecycle          a module named (--module, or the project's modules)
+                             declares no lifecycle and no exploration
+       duplicate_name        two different lifecycles share a name (both modules
+                             named)
+       project_invalid       [tool.lifecycles] of the project's pyproject.toml has
+                             an unknown key or a value of the wrong type (file and
+                             key named), or the file is not valid TOML
        snapshot_invalid      the status snapshot is not JSON of the expected shape
        snapshot_missing      --statuses FILE does not exist (without --record-statuses)
        bound_invalid         a --bound that does not parse, that no lifecycle checked
@@ -87,6 +102,7 @@ from lifecycles.loading import (
     at,
     check_exploration,
     declared_exploration,
+    display,
     explorations_in,
     find_exploration,
     import_failure,
@@ -107,7 +123,7 @@ from lifecycles.machines.exploration import (
 from lifecycles.machines.findings import search_findings
 from lifecycles.machines.interleaving import InterleavingResult
 from lifecycles.machines.liveness import Liveness, liveness
-from lifecycles.registry import registered
+from lifecycles.project import find_project, installed, named_by, on_path, unique
 from lifecycles.replay import TRACE_DIR_DEFAULT, import_root, write_replay
 from lifecycles.snapshot import (
     SNAPSHOT_DEFAULT,
@@ -163,29 +179,29 @@ def targets(names: Sequence[str], modules: Sequence[str]) -> list[Target]:
     """What ``lifecycles check [NAME ...] [--module M ...]`` checks.
 
     A module contributes its explorations and the lifecycles it declares, not those it
-    merely imports; the registered lifecycles join when no module is given, or names are.
-    An exploration the checker cannot run is ``definition_invalid``
-    (:func:`check_exploration`).
+    merely imports; one that contributes none is ``no_lifecycle``. Without ``--module``
+    the project's ``modules`` (``[tool.lifecycles]``, :mod:`lifecycles.project`) are the
+    modules; without either, every installed lifecycle is checked. Named lifecycles are
+    looked for among all of them, the installed ones too. Two different lifecycles of
+    one name are ``duplicate_name``. An exploration the checker cannot run is
+    ``definition_invalid`` (:func:`check_exploration`).
     """
+    project = find_project()
+    if project is not None:
+        on_path(project)
+    project_modules = list(project.modules if project else ())
     found: list[Target] = []
+    explored: set[int] = set()
     for target in modules:
-        module = import_target(target)
-        # A path is recorded absolute so a replay file runs from any directory.
-        named = str(Path(target).resolve()) if target.endswith(".py") else target
-        given = explorations_in(module, named)
-        for exploration, spec in given:
-            check_exploration(exploration, spec)
-        explored = {id(exploration.lifecycle) for exploration, _ in given}
-        found.extend(Target(e.lifecycle, e, spec) for e, spec in given)
-        for value in vars(module).values():
-            if (isinstance(value, Lifecycle) and value.module == module.__name__
-                    and id(value) not in explored):
-                explored.add(id(value))
-                found.append(_declared_target(value))
-    if not modules or names:
-        known = {id(t.lifecycle) for t in found}
-        for lifecycle in registered().values():
-            if id(lifecycle) not in known:
+        _module_targets(target, found, explored)
+    if not modules or names:  # a name may denote a project's lifecycle
+        with named_by(project):
+            for target in project_modules:
+                _module_targets(target, found, explored)
+    if names or not (modules or project_modules):
+        for lifecycle in installed():
+            if id(lifecycle) not in explored:
+                explored.add(id(lifecycle))
                 found.append(_declared_target(lifecycle))
     if names:
         unknown = sorted(set(names) - {t.lifecycle.name for t in found})
@@ -193,10 +209,35 @@ def targets(names: Sequence[str], modules: Sequence[str]) -> list[Target]:
             raise CheckerError(
                 "unknown_lifecycle",
                 f"unknown lifecycles {unknown}; known: "
-                f"{sorted({t.lifecycle.name for t in found})}: check the spelling, or add "
-                "--module MODULE for a lifecycle that is not registered")
+                f"{sorted({t.lifecycle.name for t in found})}: check the spelling, list its "
+                "module in [tool.lifecycles] modules of pyproject.toml, or add --module MODULE")
         found = [t for t in found if t.lifecycle.name in names]
+    unique(t.lifecycle for t in found)
     return found
+
+
+def _module_targets(target: str, found: list[Target], explored: set[int]) -> None:
+    """Add to ``found`` the explorations of ``target`` and the lifecycles it declares
+    (``explored``: the lifecycles already there, by identity)."""
+    module = import_target(target)
+    # A path is recorded absolute so a replay file runs from any directory.
+    named = str(Path(target).resolve()) if target.endswith(".py") else target
+    given = explorations_in(module, named)
+    for exploration, spec in given:
+        check_exploration(exploration, spec)
+    declared = [value for value in vars(module).values()
+                if isinstance(value, Lifecycle) and value.module == module.__name__]
+    if not given and not declared:
+        raise CheckerError("no_lifecycle",
+                           f"{display(target)} declares no lifecycle and no exploration: "
+                           "check the module named, or remove it")
+    mine = [(e, spec) for e, spec in given if id(e.lifecycle) not in explored]
+    found.extend(Target(e.lifecycle, e, spec) for e, spec in mine)
+    explored.update(id(e.lifecycle) for e, _ in mine)
+    for value in declared:
+        if id(value) not in explored:
+            explored.add(id(value))
+            found.append(_declared_target(value))
 
 
 def _declared_target(lifecycle: AnyLifecycle) -> Target:
@@ -516,6 +557,9 @@ def _run(names: Sequence[str], modules: Sequence[str], snapshot_path: Path | Non
          records: int | None = None, mutants: str | None = None) -> int:
     started = time.perf_counter()
     search: SnapshotSearch | None = None
+    project = find_project() if snapshot_path is None else None
+    if project is not None:  # the project's setting, from any of its directories
+        snapshot_path = project.statuses
     if snapshot_path is None:
         search = find_snapshot()
         path, record_to = search.found, search.record_path
@@ -569,14 +613,15 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("names", nargs="*", metavar="NAME",
-                        help="lifecycles to check (default: every registered one, or with "
-                             "--module every one the modules declare)")
+                        help="lifecycles to check (default: those the --module options "
+                             "declare, else the project's modules', else every installed one)")
     parser.add_argument("--module", action="append", default=[], metavar="MODULE",
                         help="also load lifecycles and explorations from this module "
                              "(dotted name or path to a .py file); repeatable")
     parser.add_argument("--statuses", type=Path, default=None, metavar="FILE",
-                        help=f"the status snapshot to compare with (default: {SNAPSHOT_DEFAULT} "
-                             "in the current directory or a parent, up to the project root)")
+                        help="the status snapshot to compare with (default: the project's "
+                             f"statuses setting, else {SNAPSHOT_DEFAULT} in the current "
+                             "directory or a parent, up to the project root)")
     parser.add_argument("--record-statuses", action="store_true",
                         help="after checking, record the current statuses in the snapshot")
     parser.add_argument("--trace-dir", type=Path, default=Path(TRACE_DIR_DEFAULT),

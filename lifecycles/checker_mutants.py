@@ -186,8 +186,17 @@ class MutantReport:
         return sum(v.killed_by is not None for v in self.verdicts)
 
     @property
+    def excused(self) -> int:
+        """Mutants that exist, survive, and are declared equivalent: left out of the score.
+
+        A declaration naming no mutant excuses nothing (it is reported as ``unknown``), so
+        the score can never exceed 100%.
+        """
+        return sum(v.killed_by is None and v.name in self.equivalent for v in self.verdicts)
+
+    @property
     def score(self) -> float:
-        judged = len(self.verdicts) - len(self.equivalent) + len(self.stale)
+        judged = len(self.verdicts) - self.excused
         return self.killed / judged if judged else 1.0
 
     @property
@@ -205,7 +214,7 @@ def check_mutants(exploration: Exploration[Any], say: Callable[[str], None], out
     kinds = Counter(v.kind for v in report.verdicts)
     say(f"  mutants: {len(report.verdicts)} ("
         + ", ".join(f"{kind} {kinds[kind]}" for kind in KINDS if kinds[kind])
-        + f"); killed {report.killed}, declared equivalent {len(report.equivalent)}, "
+        + f"); killed {report.killed}, declared equivalent {report.excused}, "
         f"survived {len(report.survivors)}; mutation score {report.score:.1%}")
     for kind in KINDS:
         mine = [v for v in report.verdicts if v.kind == kind]
@@ -231,8 +240,10 @@ def check_mutants(exploration: Exploration[Any], say: Callable[[str], None], out
         say(f"  FAIL {len(report.survivors)} mutants survive: the invariants and the "
             "exploration let these mistakes through; strengthen them, or declare a mutant "
             "equivalent (Exploration(equivalent_mutants=...)) with the reason it is harmless")
-    if not report.ok:
+    if report.survivors:
         outcome.failures.append("mutants survive")
+    if report.stale or report.unknown:
+        outcome.failures.append("equivalent mutants declared wrongly")
     return report
 
 

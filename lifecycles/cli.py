@@ -57,8 +57,12 @@ class Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line (and JSON under ``--json``)."""
 
     def error(self, message: str) -> NoReturn:
+        # report() prefixes "lifecycles: "; the subcommand follows it once, not the whole
+        # prog again (`lifecycles: monitor status: ...`, not `lifecycles: lifecycles ...`).
+        command = self.prog.removeprefix("lifecycles").strip()
         raise CommandError(
-            EXIT_USAGE, "usage", f"{self.prog}: {message} (see `{self.prog} --help`)"
+            EXIT_USAGE, "usage",
+            f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)",
         )
 
 

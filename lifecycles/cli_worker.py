@@ -16,7 +16,14 @@ to expire, never half-written); a second signal stops at once. A process that di
 started again. ``--until-idle`` returns once nothing is due and no handler runs.
 
 Stores: ``--db FILE`` (SQLite, WAL), ``--dsn DSN`` (PostgreSQL), ``--root DIR`` (the
-crash-safe files store), each holding the lifecycle's own table or directory.
+crash-safe files store), each holding the lifecycle's own table or directory; without
+one, the ``store`` of the project's ``[tool.lifecycles]`` (``sqlite:PATH``,
+``postgresql://...``, ``files:DIR``; paths relative to its pyproject.toml).
+
+NAME is looked for among the ``--module`` lifecycles, the project's (the ``modules`` of
+``[tool.lifecycles]`` in the nearest pyproject.toml, from any of its directories) and
+the installed ones, so in a project ``lifecycles worker NAME --handler ...`` needs no
+``--module``.
 """
 
 from __future__ import annotations
@@ -34,16 +41,20 @@ from pathlib import Path
 from typing import Any
 
 from lifecycles.cli import CommandError, add_command
+from lifecycles.loading import CheckerError
 from lifecycles.machines.core import Lifecycle
-from lifecycles.registry import import_target, lifecycles_in, registered
+from lifecycles.project import find_project, resolve
+from lifecycles.registry import import_target
 from lifecycles.stores.base import Store, StoreError
 from lifecycles.worker import Idle, Worker, WorkOutcome
 
 EXIT_OK, EXIT_USAGE, EXIT_STORE = 0, 2, 4
 EXIT_CODES = (
     (EXIT_OK, "stopped: by SIGTERM / SIGINT, or idle with --until-idle"),
-    (EXIT_USAGE, "usage: a bad argument, an unknown lifecycle, a handler that cannot be "
-                 "loaded, a lifecycle that declares no lease or handling"),
+    (EXIT_USAGE, "usage: a bad argument; no store given or configured; unknown_lifecycle, "
+                 "no_lifecycle,\n       duplicate_name, project_invalid (as for `check`); a "
+                 "module or handler that cannot be loaded;\n       a lifecycle that declares "
+                 "no lease or handling"),
     (EXIT_STORE, "the store cannot be opened (`store_unavailable`)"),
     (70, "an unexpected error: a bug; LIFECYCLES_TRACEBACK=1 shows the traceback"),
 )
@@ -56,12 +67,14 @@ def register(subparsers: Any) -> None:
                          "handler", __doc__, EXIT_CODES)
     parser.add_argument("name", metavar="NAME", help="the lifecycle to run")
     parser.add_argument("--module", action="append", default=[], metavar="MODULE",
-                        help="a module declaring the lifecycle (dotted name or .py path)")
+                        help="a module declaring the lifecycle (dotted name or .py path; "
+                             "not needed for the project's or installed lifecycles)")
     parser.add_argument("--handler", dest="handler_spec", required=True,
                         metavar="MODULE:FUNCTION",
                         help="the handler, handler(record, lease) (module may be a .py path)")
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--db", type=Path, metavar="FILE", help="a SQLite database file")
+    where = parser.add_mutually_exclusive_group()  # default: the project's store
+    where.add_argument("--db", type=Path, metavar="FILE",
+                       help="a SQLite database file (default: the project's store)")
     where.add_argument("--dsn", metavar="DSN", help="a PostgreSQL connection string")
     where.add_argument("--root", type=Path, metavar="DIR", help="a files store directory")
     parser.add_argument("--concurrency", type=int, default=1, metavar="N",
@@ -89,6 +102,7 @@ def register(subparsers: Any) -> None:
 
 def _handle(args: argparse.Namespace) -> int:
     _check_numbers(args)
+    _default_store(args)
     lifecycle = _lifecycle(args.name, args.module)
     if lifecycle.lease is None or lifecycle.handling is None:
         raise CommandError(EXIT_USAGE, "not_runnable",
@@ -111,22 +125,34 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise CommandError(EXIT_USAGE, "usage", "--poll-interval must be in (0, 3600]")
 
 
+def _default_store(args: argparse.Namespace) -> None:
+    """With no --db, --dsn or --root, the ``store`` of the project's [tool.lifecycles]."""
+    if args.db is not None or args.dsn is not None or args.root is not None:
+        return
+    try:
+        project = find_project()
+    except CheckerError as error:
+        raise CommandError(EXIT_USAGE, error.error, error.message) from error
+    store = project.store if project is not None else None
+    if store is None:
+        raise CommandError(EXIT_USAGE, "usage", "worker: no store: pass --db FILE, --dsn DSN "
+                           "or --root DIR, or set store = \"sqlite:PATH\" in [tool.lifecycles] "
+                           "of the project's pyproject.toml")
+    if store.kind == "sqlite":
+        args.db = store.path
+    elif store.kind == "files":
+        args.root = store.path
+    else:
+        args.dsn = store.location
+
+
 def _lifecycle(name: str, modules: list[str]) -> Lifecycle[Any, Any]:
-    found: dict[str, Lifecycle[Any, Any]] = {}
-    for target in modules:
-        try:
-            found.update(lifecycles_in(import_target(target)))
-        except Exception as error:  # the user's module: say where it failed
-            raise CommandError(EXIT_USAGE, "module_import_failed",
-                               f"cannot import {target}: {type(error).__name__}: {error}"
-                               ) from error
-    if not modules:
-        found = registered()
-    if name not in found:
-        raise CommandError(EXIT_USAGE, "unknown_lifecycle",
-                           f"no lifecycle named {name!r} (known: {sorted(found)}); pass "
-                           "--module MODULE for one that is not registered")
-    return found[name]
+    """The lifecycle ``name``: among the --module ones, the project's and the installed
+    ones (:func:`lifecycles.project.resolve`)."""
+    try:
+        return resolve(name, modules)
+    except CheckerError as error:  # the user's module or project: where and what is wrong
+        raise CommandError(EXIT_USAGE, error.error, error.message) from error
 
 
 def _load_handler(spec: str) -> Callable[..., Any]:

@@ -1,6 +1,9 @@
 """Diagrams and auditor pages generated from the lifecycle tables, with a drift check.
 
-For every lifecycle in :func:`lifecycles.registry.registered`, ``diagrams/`` holds:
+For every lifecycle of the project (the ``modules`` of ``[tool.lifecycles]`` in its
+pyproject.toml, :mod:`lifecycles.project`), else of every installed one (the shipped ones
+and the entry points'), or of each ``--module``, the diagrams directory (the project's
+``diagrams`` setting, default ``diagrams/`` beside its pyproject.toml) holds:
 
 * ``<name>.mmd``: a Mermaid ``stateDiagram-v2``, written from the table in the edge
   order of the ``transitions`` library's Mermaid engine, whose ``GraphMachine`` must
@@ -261,7 +264,13 @@ def register(subparsers: Any) -> None:
         description=(
             "Write every lifecycle's Mermaid, Graphviz and Markdown pages into the "
             "diagrams directory, or with --check compare them with what the tables give "
-            "now and exit 1 on any drift."
+            "now and exit 1 on any drift. In a project (the nearest pyproject.toml with "
+            "[tool.lifecycles]) its modules' lifecycles are drawn into its diagrams "
+            "setting (default: diagrams/ beside the pyproject.toml), from any of its "
+            "directories; elsewhere every installed lifecycle. Exit codes: 0 written or "
+            "no drift; 1 drift; 2 cannot run (directory_not_found, a module that does "
+            "not import or declares no lifecycle (no_lifecycle), duplicate_name, "
+            "project_invalid, ...); 3 the directory cannot be written."
         ),
     )
     parser.add_argument(
@@ -270,12 +279,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--output", "--dir", dest="output", metavar="DIR", default=None,
-        help="the diagrams directory (default: ./diagrams, else the project's diagrams/)",
+        help="the diagrams directory (default: the project's diagrams setting, else "
+        "./diagrams, else the diagrams/ beside the nearest pyproject.toml)",
     )
     parser.add_argument(
         "--module", action="append", default=[], metavar="MODULE",
         help="draw the lifecycles defined in this module (dotted name or path to a .py "
-        "file) instead of the registered ones; needs --output; repeatable",
+        "file) instead of the project's or installed ones; needs --output; repeatable",
     )
     parser.add_argument("--traceback", action="store_true",
                         help="when a --module does not import, also print the traceback")
@@ -284,20 +294,20 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The ``diagrams`` command: 0 when written or clean, 1 on drift, 2 on an error."""
-    from lifecycles.loading import CheckerError, import_target
-    from lifecycles.registry import lifecycles_in, registered
+    from lifecycles.loading import CheckerError
+    from lifecycles.project import find_project, own
 
     if args.module and args.output is None:
         # Writing removes pages no lifecycle generates: never aim that at diagrams/ by default.
         raise CommandError(EXIT_CANNOT_RUN, "usage",
                            "diagrams --module needs --output (a directory of its own)")
     try:
-        directory = resolve_directory(args.output)
-        chosen = registered()
-        if args.module:
-            chosen = {}
-            for target in args.module:
-                chosen.update(lifecycles_in(import_target(target)))
+        project = find_project()
+        if args.output is None and project is not None:
+            directory = project.diagrams  # the project's, from any of its directories
+        else:
+            directory = resolve_directory(args.output)
+        chosen = own(args.module)
         generation = generate(chosen, find_graphviz(), _files_in(directory))
     except DirectoryNotFound as error:
         raise CommandError(EXIT_CANNOT_RUN, "directory_not_found", str(error)) from None

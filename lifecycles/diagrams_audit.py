@@ -208,7 +208,7 @@ def checklist(lifecycles: Mapping[str, AnyLifecycle]) -> list[str]:
     steps = [
         ("The pages match the code that generated them",
          "In a checkout of the deployed commit, run `lifecycles diagrams --check`. Exit 0: "
-         "every page, picture and this index is what the installed lifecycles generate "
+         "every page, picture and this index is what the lifecycles' code generates "
          "now. Exit 1 names each drifted, missing or extra file. SVG files are compared "
          "only where the installed Graphviz is the one `graphviz-version.txt` records."),
         ("The pinned version is the deployed one",
@@ -218,7 +218,7 @@ def checklist(lifecycles: Mapping[str, AnyLifecycle]) -> list[str]:
          "version pinned here and on its page, else these pages describe another table or "
          "other code."),
         ("The checker passes",
-         "Run `lifecycles check` (every registered lifecycle, or `lifecycles check NAME`). "
+         "Run `lifecycles check` (the project's lifecycles, or `lifecycles check NAME`). "
          "It exits 0 and ends with `all OK` when: the definition checks pass; no status "
          "that stored records may hold (`lifecycle-statuses.json`) was removed; every "
          "invariant holds in every state within the bounds each page states; every row "
@@ -251,20 +251,27 @@ def checklist(lifecycles: Mapping[str, AnyLifecycle]) -> list[str]:
          "under `lifecycles-traces/` (`--trace-dir DIR`), printing `replay: pytest FILE`; "
          "that command replays it from any directory and fails until the violation is "
          "fixed. A finding among interleaved workers is printed and written the same way."),
-        ("Look at a stored record",
-         "`lifecycles monitor status --db FILE --capabilities SHA EVENT_ID` (or "
-         "`--dsn DSN`), `lifecycles monitor health ...` and `lifecycles outbox status "
-         "[--state-dir DIR]` show what the runtime reads, without changing anything; "
-         "`lifecycles monitor explain ... EVENT_ID` and `lifecycles outbox explain "
-         "ENTRY_ID` show one record's status, the rows open from it, which of their guards "
-         "hold now and the rules it keeps (`--mermaid` draws that part of the diagram)."),
     ]
+    # Only the shipped lifecycles have record commands so far: a step for a project's
+    # own lifecycles would print commands that do not work there.
+    if {"monitor", "outbox"} & set(lifecycles):
+        steps.append(_stored_record_step())
     out = ["", "## An auditor's checklist", ""]
     out += [f"{number}. **{title}.** {_plain(how)}"
             for number, (title, how) in enumerate(steps, 1)]
     out += ["", "## Glossary", ""]
     out += [f"- **{word}**: {_plain(meaning)}" for word, meaning in GLOSSARY]
     return out
+
+
+def _stored_record_step() -> tuple[str, str]:
+    return ("Look at a stored record",
+         "`lifecycles monitor status --db FILE --capabilities SHA EVENT_ID` (or "
+         "`--dsn DSN`), `lifecycles monitor health ...` and `lifecycles outbox status "
+         "[--state-dir DIR]` show what the runtime reads, without changing anything; "
+         "`lifecycles monitor explain ... EVENT_ID` and `lifecycles outbox explain "
+         "ENTRY_ID` show one record's status, the rows open from it, which of their guards "
+         "hold now and the rules it keeps (`--mermaid` draws that part of the diagram).")
 
 
 GLOSSARY: tuple[tuple[str, str], ...] = (

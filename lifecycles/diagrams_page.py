@@ -65,12 +65,15 @@ def page(lifecycle: AnyLifecycle, mermaid_source: str, *, svg_name: str | None,
         mermaid_source.rstrip("\n"),
         "```",
         "",
-        "The same table drawn by Graphviz, left to right in the order work flows, one "
-        "edge per row:",
-        "",
-        f"![The {name} lifecycle drawn by Graphviz]({svg_name})",
-        "",
     ]
+    if svg_name is not None:  # never a link to a picture that was not drawn
+        out += [
+            "The same table drawn by Graphviz, left to right in the order work flows, one "
+            "edge per row:",
+            "",
+            f"![The {name} lifecycle drawn by Graphviz]({svg_name})",
+            "",
+        ]
     out += _statuses(lifecycle)
     out += _transitions(lifecycle)
     out += _reaching_finals(lifecycle)

@@ -73,7 +73,7 @@ _DECLARING = frozenset(str(Path(module.__file__ or "").resolve())
                        for module in (lifecycles.machines.core, lifecycles.machines.checks))
 
 
-def _display(path: str | Path) -> str:
+def display(path: str | Path) -> str:
     """``path`` relative to the current directory when it lies below it."""
     relative = os.path.relpath(path)
     return str(path) if relative.startswith("..") else relative
@@ -88,7 +88,7 @@ def where(error: BaseException, module_file: Path | None = None) -> str | None:
     innermost frame in ``module_file``; else the innermost frame outside lifecycles.
     """
     if isinstance(error, SyntaxError) and error.filename and error.lineno:
-        return f"{_display(error.filename)}:{error.lineno}"
+        return f"{display(error.filename)}:{error.lineno}"
     frames: list[tuple[str, int]] = []
     tb = error.__traceback__
     while tb is not None:
@@ -107,7 +107,7 @@ def where(error: BaseException, module_file: Path | None = None) -> str | None:
     for test in tests:
         for name, line in reversed(frames):
             if test(name):
-                return f"{_display(name)}:{line}"
+                return f"{display(name)}:{line}"
     return None
 
 
@@ -273,7 +273,7 @@ def assigned_at(spec: str) -> str | None:
                      for target in (node.targets if isinstance(node, ast.Assign)
                                     else [node.target]))]
     # The last assignment is the one the module keeps.
-    return f"{_display(file or '')}:{lines[-1]}" if lines else None
+    return f"{display(file or '')}:{lines[-1]}" if lines else None
 
 
 def check_exploration(exploration: AnyExploration, spec: str) -> None:

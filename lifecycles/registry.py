@@ -1,4 +1,6 @@
-"""The lifecycles this installation knows, by name: what `check` and `diagrams` iterate."""
+"""The lifecycles shipped with lifecycles, by name, and importing a module named on the
+command line. A project's own lifecycles and the entry points' join them in
+:mod:`lifecycles.project`, which `check`, `diagrams` and `worker` ask."""
 
 from __future__ import annotations
 

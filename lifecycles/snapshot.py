@@ -104,6 +104,7 @@ def write_snapshot(path: Path, lifecycles: Iterable[AnyLifecycle]) -> None:
         ),
         "lifecycles": dict(sorted(recorded.items())),
     }
+    path.parent.mkdir(parents=True, exist_ok=True)  # a project's setting may name a new one
     path.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
 
 

@@ -132,7 +132,7 @@ class Dialect(ABC):
             return None
         # The due time last: records not yet due are passed over within the index.
         lease = lifecycle.lease
-        order = ", ".join(map(self.quote, (*lease.order_by, lease.due_field)))
+        order = ", ".join(map(self.quote, _once(*lease.order_by, lease.due_field)))
         return (
             f"CREATE INDEX IF NOT EXISTS {self.quote(schema.table + '_claim_order')}"
             f" ON {self.quote(schema.table)} ({order})"
@@ -153,7 +153,7 @@ class Dialect(ABC):
             return []
         lease = lifecycle.lease
         order = ", ".join(
-            map(self.quote, (lifecycle.status_field, lease.due_field, *lease.order_by))
+            map(self.quote, _once(lifecycle.status_field, lease.due_field, *lease.order_by))
         )
         statements = [
             f"CREATE INDEX IF NOT EXISTS {self.quote(schema.table + '_due')}"
@@ -197,3 +197,9 @@ class Dialect(ABC):
     def select_all(self, table: str, columns: Sequence[Column]) -> str:
         listed = ", ".join(self.quote(column.name) for column in columns)
         return f"SELECT {listed} FROM {self.quote(table)}"
+
+
+def _once(*columns: str) -> tuple[str, ...]:
+    """``columns`` in order, each once: a due field that is also an ``order_by`` key
+    (``available_at, refund_id``) is indexed where it first comes, not twice."""
+    return tuple(dict.fromkeys(columns))

@@ -138,7 +138,9 @@ def test_usage_errors_exit_2_in_one_line(
     code, out, err = run(capsys, *argv)
     assert (code, out) == (2, "")
     assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert err.startswith("lifecycles: lifecycles") and "--help" in err
+    # One prefix, then the command the error is about: not `lifecycles: lifecycles ...`.
+    assert err.startswith("lifecycles: ") and "--help" in err
+    assert "lifecycles: lifecycles" not in err and err.count("lifecycles:") == 1
     code, out, _ = run(capsys, *argv, "--json")
     assert code == 2 and json.loads(out)["error"] == "usage"
 

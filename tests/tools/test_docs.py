@@ -41,7 +41,7 @@ import pytest
 from lifecycles.cli import CommandError, build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCUMENTS = ("README.md", "docs/extending.md")
+DOCUMENTS = ("README.md", "docs/extending.md", "docs/your-project.md")
 NO_RUN = "no-run"
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 

@@ -149,8 +149,13 @@ def test_a_stale_or_unknown_equivalence_fails(monkeypatch: pytest.MonkeyPatch) -
     report = check_mutants(stale, said.append, outcome, jobs=1)
     assert [v.name for v in report.stale] == ["delete_row 4"]
     assert report.unknown == ["drop_guard 99 nothing"]
-    assert outcome.failures == ["mutants survive"]
+    # Nothing survives: the failure says what is wrong, not "mutants survive".
+    assert outcome.failures == ["equivalent mutants declared wrongly"]
     assert any("delete_row 4 is declared equivalent but the check kills it" in s for s in said)
+    # A declaration that names no mutant excuses nothing: the score stays a fraction.
+    assert report.excused == len(OUTBOX_EXPLORATION.equivalent_mutants)
+    assert report.score == report.killed / (len(report.verdicts) - report.excused) <= 1.0
+    assert not any("mutation score 10" in s and "100.0%" not in s for s in said)
 
 
 def test_traces_say_how_each_mutant_was_killed() -> None:
