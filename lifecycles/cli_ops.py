@@ -171,40 +171,48 @@ def _add_modules(parser: argparse.ArgumentParser) -> None:
 
 
 def _lifecycles(modules: Sequence[str]) -> dict[str, AnyLifecycle]:
-    """Every lifecycle known here by name: the shipped ones, then each module's."""
-    from lifecycles.loading import CheckerError, import_target
-    from lifecycles.registry import lifecycles_in, registered
+    """Every lifecycle known here by name (:func:`lifecycles.project.available`)."""
+    from lifecycles.loading import CheckerError
+    from lifecycles.project import available
 
     try:
-        known = dict(registered())
-        for target in modules:
-            found = lifecycles_in(import_target(target))
-            if not found:
-                raise CommandError(EXIT_USAGE, "no_lifecycle",
-                                   f"{target} declares no lifecycle at its top level; check "
-                                   "--module")
-            known.update(found)
+        return available(modules)
     except CheckerError as error:
         raise CommandError(EXIT_USAGE, error.error, error.message) from error
-    return known
 
 
 def _default_store(args: argparse.Namespace) -> None:
-    """With no --db, --dsn or --root, the store to read by default: none yet (a project's
-    ``store`` setting, once projects are registered), so the command says what to pass."""
+    """With no --db, --dsn or --root, the ``store`` of the project's [tool.lifecycles]."""
+    from lifecycles.loading import CheckerError
+    from lifecycles.project import find_project
+
     if args.db is not None or args.dsn is not None or args.root is not None:
         return
-    raise CommandError(EXIT_USAGE, "usage", f"{args.command}: no store: pass --db FILE, "
-                       "--dsn DSN or --root DIR")
+    try:
+        project = find_project()
+    except CheckerError as error:
+        raise CommandError(EXIT_USAGE, error.error, error.message) from error
+    store = project.store if project is not None else None
+    if store is None:
+        raise CommandError(EXIT_USAGE, "usage", f"{args.command}: no store: pass --db FILE, "
+                           "--dsn DSN or --root DIR")
+    if store.kind == "sqlite":
+        args.db = store.path
+    elif store.kind == "files":
+        args.root = store.path
+    else:
+        args.dsn = store.location
 
 
 def _lifecycle(name: str, modules: Sequence[str]) -> AnyLifecycle:
-    known = _lifecycles(modules)
-    if name not in known:
-        raise CommandError(EXIT_USAGE, "unknown_lifecycle",
-                           f"no lifecycle named {name!r} (known: {', '.join(sorted(known))}); "
-                           "pass the module declaring it with --module")
-    return known[name]
+    """The lifecycle ``name`` (:func:`lifecycles.project.resolve`)."""
+    from lifecycles.loading import CheckerError
+    from lifecycles.project import resolve
+
+    try:
+        return resolve(name, modules)
+    except CheckerError as error:
+        raise CommandError(EXIT_USAGE, error.error, error.message) from error
 
 
 # --- opening a store without creating anything ----------------------------------------
