@@ -370,6 +370,17 @@ def test_a_missing_database_or_directory_is_never_created(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("now", ["nan", "-1", "inf"])
+def test_a_time_that_is_no_time(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                now: str) -> None:
+    code, out, err = ops(capsys, "health", "refund", "--db", str(tmp_path / "r.db"),
+                         f"--now={now}", "--json")
+    assert (code, json.loads(out)["error"]) == (2, "time_invalid")
+    assert one_line_error(err) == (
+        "lifecycles: --now must be a finite, non-negative number of UNIX seconds")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_no_store_named(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
