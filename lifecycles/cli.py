@@ -31,6 +31,10 @@ COMMAND_MODULES: dict[str, str] = {
     "lifecycles.diagrams": "diagrams",
     "lifecycles.cli_outbox": "outbox",
     "lifecycles.cli_worker": "worker",
+    "lifecycles.cli_ops": "list",
+    "lifecycles.cli_ops_status": "status",
+    "lifecycles.cli_ops_health": "health",
+    "lifecycles.cli_ops_explain": "explain",
 }
 """Each command module, and the command its ``register`` adds."""
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sqlite3
 import time
 from pathlib import Path
@@ -34,12 +33,28 @@ from typing import Any
 import attrs
 
 from lifecycles.cli import CommandError, Parser, add_command, exit_code_table
-from lifecycles.explain import (
-    Explanation,
-    explain,
-    monitor_inputs_now,
-    print_explanation,
+from lifecycles.cli_ops import (
+    EXIT_BLOCKED,
+    EXIT_CAPABILITIES_DIFFER,
+    EXIT_INTERNAL,
+    EXIT_LOCKED,
+    EXIT_NO_DATABASE,
+    EXIT_NOT_A_DATABASE,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+    EXIT_UNREADABLE,
+    EXIT_USAGE,
+    database_error,
+    fail,
+    first_line,
+    open_postgres,
+    open_sqlite,
+    query,
+    read_error_hint,
+    table_exists,
 )
+from lifecycles.explain import Explanation, explain, inputs_now_for, print_explanation
 from lifecycles.explain_stored import sql_values
 from lifecycles.invariants.monitor import capabilities_rule, event_id_rule
 from lifecycles.invariants.monitor import time as time_rule
@@ -56,17 +71,7 @@ from lifecycles.stores.base import SchemaMismatch, StoreError
 
 MONITOR_TABLE, META_TABLE = TABLE, META  # the reference's names, declared in monitor_schema
 
-EXIT_OK = 0
-EXIT_BLOCKED = 1
-EXIT_USAGE = 2
-EXIT_REFUSED = 3
-EXIT_NO_DATABASE = 4
-EXIT_UNREADABLE = 5
-EXIT_NOT_A_DATABASE = 6
-EXIT_LOCKED = 7
-EXIT_CAPABILITIES_DIFFER = 8
-EXIT_UNREACHABLE = 9
-
+# The exit codes and the opening of a database are every ops command's (cli_ops).
 EXIT_CODES = (
     (EXIT_OK, "answered (health: status ok)"),
     (EXIT_BLOCKED, "health answered `blocked`: expired leases or failed items; explain "
@@ -91,7 +96,7 @@ EXIT_CODES = (
     (EXIT_CAPABILITIES_DIFFER, "the database is bound to other capabilities than "
                                "--capabilities (`capabilities_differ`; both prefixes printed)"),
     (EXIT_UNREACHABLE, "the PostgreSQL server cannot be reached (`database_unreachable`)"),
-    (70, "an unexpected error: a bug in lifecycles (`internal_error`)"),
+    (EXIT_INTERNAL, "an unexpected error: a bug in lifecycles (`internal_error`)"),
 )
 
 # What to do about the input codes an ops command can meet (any InputInvalid but
@@ -153,117 +158,22 @@ def register(subparsers: Any) -> None:
 # --- opening the database without creating anything ----------------------------
 
 
-def _fail(exit_code: int, error: str, message: str) -> CommandError:
-    return CommandError(exit_code, error, message)
-
-
 def _check_capabilities(value: str) -> None:
     if not capabilities_rule.check(value):  # the monitor's own rule, declared once
-        raise _fail(
+        raise fail(
             EXIT_USAGE, "capabilities_invalid",
             "--capabilities must be a SHA-256 in 64 lowercase hex digits: the value the "
             "workers pass as expected_capabilities_sha256",
         )
 
 
-def _read_error_hint(where: str) -> str:
-    # SQLite reports a read that failed with EIO as SQLITE_CORRUPT (its CORRUPTFS), so a
-    # passing device fault looks like damage: only a check once the device is healthy tells.
-    return (f"SQLite reports a failed read (EIO) as corruption too: once the device is "
-            f"healthy, sqlite3 {where} 'PRAGMA integrity_check' answers ok if the file is "
-            "not damaged")
-
-
-def _sqlite_error(error: sqlite3.Error, where: str) -> CommandError:
-    text = str(error)
-    name = getattr(error, "sqlite_errorname", None) or ""
-    if "locked" in text or "busy" in text:
-        return _fail(EXIT_LOCKED, "database_locked",
-                     f"{where} is locked by another connection; retry, or raise --timeout")
-    if name.startswith(("SQLITE_IOERR", "SQLITE_FULL")):
-        # A full disk, or a device failing its I/O: the file may be fine (workers answer
-        # database_unreachable for the same cause), so not "not a database".
-        return _fail(EXIT_LOCKED, "database_unreachable",
-                     f"{where} cannot be read or written right now ({text}): a full disk or a "
-                     "failing device; free space or check the kernel log, then retry")
-    if isinstance(error, sqlite3.OperationalError) and "unable to open" in text:
-        return _fail(EXIT_UNREADABLE, "unreadable",
-                     f"cannot open {where} ({text}); check the path and its permissions")
-    if isinstance(error, sqlite3.DatabaseError):
-        hint = f"; {_read_error_hint(where)}" if name.startswith("SQLITE_CORRUPT") else ""
-        return _fail(EXIT_NOT_A_DATABASE, "not_a_database",
-                     f"{where} is not a usable SQLite database ({text}); check the path{hint}")
-    return _fail(EXIT_REFUSED, "database_error", f"{where}: {text}")
-
-
-def _open_sqlite(path: Path, timeout: float) -> sqlite3.Connection:
-    if not path.exists():
-        raise _fail(EXIT_NO_DATABASE, "no_database",
-                    f"no database at {path}; an ops command never creates one: check --db")
-    if not path.is_file():
-        raise _fail(EXIT_UNREADABLE, "unreadable",
-                    f"{path} is not a regular file; --db names the monitor's SQLite file")
-    if not os.access(path, os.R_OK | os.W_OK):
-        raise _fail(EXIT_UNREADABLE, "unreadable",
-                    f"no permission to open {path} for reading and writing; run as its owner")
-    try:
-        # mode=rw: never create the file; a URI built from the absolute path quotes '?', '#'.
-        connection = sqlite3.connect(
-            f"{path.resolve().as_uri()}?mode=rw", uri=True, timeout=timeout
-        )
-        connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error as error:
-        raise _sqlite_error(error, str(path)) from None
-    return connection
-
-
-def _open_postgres(dsn: str, timeout: float) -> Any:
-    try:
-        from lifecycles.stores.base import StoreError
-        from lifecycles.stores.postgres import connect
-    except ImportError:
-        raise _fail(EXIT_USAGE, "postgres_unavailable",
-                    "--dsn needs the PostgreSQL extra: pip install 'lifecycles[postgres]'"
-                    ) from None
-    try:
-        return connect(dsn, connect_timeout=max(1, round(timeout)),
-                       application_name="lifecycles-cli")
-    except ValueError as error:  # a malformed connection string (connect() says so)
-        raise _fail(EXIT_USAGE, "dsn_invalid",
-                    f"--dsn is not a valid connection string ({_first_line(error)})") from None
-    except StoreError as error:
-        raise _fail(EXIT_UNREACHABLE, "database_unreachable",
-                    f"{_first_line(error)}; check --dsn and that the server runs") from None
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
-def _query(connection: Any, sql: str) -> list[tuple[Any, ...]]:
-    cursor = connection.cursor()
-    try:
-        cursor.execute(sql)
-        return [tuple(row) for row in cursor.fetchall()]
-    finally:
-        cursor.close()
-
-
-def _table_exists(connection: Any, table: str) -> bool:
-    if isinstance(connection, sqlite3.Connection):
-        sql = f"SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '{table}'"
-    else:
-        sql = f"SELECT 1 WHERE to_regclass('{table}') IS NOT NULL"
-    return bool(_query(connection, sql))
-
-
 def _bound_capabilities(connection: Any) -> str | None:
     """The capabilities the database is bound to, or None when the meta row does not
     say (a version-1 database, or an altered one: the monitor then refuses by code)."""
-    if not _table_exists(connection, META_TABLE):
+    if not table_exists(connection, META_TABLE):
         return None
     try:
-        rows = _query(connection, f"SELECT expected_capabilities_sha256 FROM {META_TABLE}")
+        rows = query(connection, f"SELECT expected_capabilities_sha256 FROM {META_TABLE}")
     except Exception:  # no such column: not ours to judge here, the monitor will refuse
         if not isinstance(connection, sqlite3.Connection):
             connection.rollback()
@@ -276,17 +186,17 @@ def _open(args: argparse.Namespace) -> DurableTerminalProcessingMonitor:
     _check_capabilities(args.capabilities)
     where = str(args.db) if args.db is not None else "the PostgreSQL database"
     connection = (
-        _open_sqlite(args.db, args.timeout) if args.db is not None
-        else _open_postgres(args.dsn, args.timeout)
+        open_sqlite(args.db, args.timeout, "the monitor's SQLite file") if args.db is not None
+        else open_postgres(args.dsn, args.timeout)
     )
     try:
-        if not _table_exists(connection, MONITOR_TABLE):
-            raise _fail(EXIT_NO_DATABASE, "no_monitor_schema",
+        if not table_exists(connection, MONITOR_TABLE):
+            raise fail(EXIT_NO_DATABASE, "no_monitor_schema",
                         f"{where} holds no monitor schema ({MONITOR_TABLE}); check the path or "
                         "DSN (an ops command never creates one)")
         bound = _bound_capabilities(connection)
         if bound is not None and bound != args.capabilities:
-            raise _fail(
+            raise fail(
                 EXIT_CAPABILITIES_DIFFER, "capabilities_differ",
                 f"{where} is bound to capabilities {bound[:12]}..., not the given "
                 f"{args.capabilities[:12]}...; pass the SHA-256 your workers use "
@@ -296,53 +206,53 @@ def _open(args: argparse.Namespace) -> DurableTerminalProcessingMonitor:
     except TerminalProcessingMonitorBlocked as error:
         raise _refused(error, args) from None
     except Exception as error:
-        raise _database_error(error, where) from None
+        raise database_error(error, where) from None
 
 
 def _inspect_hint(args: argparse.Namespace, event_id: str) -> str:
-    query = f"SELECT * FROM {MONITOR_TABLE} WHERE event_id = '{event_id}'"
+    statement = f"SELECT * FROM {MONITOR_TABLE} WHERE event_id = '{event_id}'"
     if args.db is not None:
-        return f'sqlite3 {args.db} "{query}"'
-    return f'psql "$DSN" -c "{query}"'
+        return f'sqlite3 {args.db} "{statement}"'
+    return f'psql "$DSN" -c "{statement}"'
 
 
 def _refused(error: TerminalProcessingMonitorBlocked, args: argparse.Namespace) -> CommandError:
     code = error.code
     if isinstance(error, InputInvalid) and code != CODE + "missing":
         what = _USAGE_HINTS.get(code, "check the arguments")
-        return _fail(EXIT_USAGE, code, f"refused: {code}: {what}")
+        return fail(EXIT_USAGE, code, f"refused: {code}: {what}")
     if code == CODE + "database_unreachable" and args.db is not None:
         # SQLite answers so when a lock outlasts the timeout during the call itself.
-        return _fail(EXIT_LOCKED, code, f"refused: {code}: {args.db} is locked or cannot be "
+        return fail(EXIT_LOCKED, code, f"refused: {code}: {args.db} is locked or cannot be "
                                         "read right now; retry, or raise --timeout")
     if code == CODE + "database_integrity" and args.db is not None:
         cause = error.__cause__
-        found = f" ({_first_line(cause)})" if isinstance(cause, StoreError) else ""
-        return _fail(EXIT_REFUSED, code, f"refused: {code}: SQLite reports damage{found}; "
-                                         f"{_read_error_hint(str(args.db))}")
+        found = f" ({first_line(cause)})" if isinstance(cause, StoreError) else ""
+        return fail(EXIT_REFUSED, code, f"refused: {code}: SQLite reports damage{found}; "
+                                         f"{read_error_hint(str(args.db))}")
     if code == CODE + "database_unreachable":
-        return _fail(EXIT_UNREACHABLE, code, f"refused: {code}: the database cannot be reached")
+        return fail(EXIT_UNREACHABLE, code, f"refused: {code}: the database cannot be reached")
     if isinstance(error, StateInvalid):
         ids = ", ".join(error.event_ids) or "(not known)"
         hint = (f"; inspect it with: {_inspect_hint(args, error.event_ids[0])}"
                 if error.event_ids else "")
-        return _fail(
+        return fail(
             EXIT_REFUSED, code,
             f"refused: {code}: stored record(s) {ids} break the rules "
             f"{', '.join(error.rules) or '(not named)'}{hint}",
         )
     if code == CODE + "missing":
-        return _fail(EXIT_REFUSED, code, f"refused: {code}: no item with event id "
+        return fail(EXIT_REFUSED, code, f"refused: {code}: no item with event id "
                                          f"{getattr(args, 'event_id', '?')!r}")
     if code in (CODE + "schema_altered", CODE + "legacy_unbound"):
         # The public error holds its code only (the reference's contract); what differs,
         # and how to repair it, is in the store's refusal that caused it.
         cause = error.__cause__
-        detail = f" ({_first_line(cause)})" if isinstance(cause, SchemaMismatch) else ""
-        return _fail(EXIT_REFUSED, code,
+        detail = f" ({first_line(cause)})" if isinstance(cause, SchemaMismatch) else ""
+        return fail(EXIT_REFUSED, code,
                      f"refused: {code}: the database's schema or meta row is not the one the "
                      f"monitor wrote{detail}; do not use it until it is restored")
-    return _fail(EXIT_REFUSED, code, f"refused: {code}")
+    return fail(EXIT_REFUSED, code, f"refused: {code}")
 
 
 def _answer(args: argparse.Namespace, ask: Any) -> Any:
@@ -353,23 +263,9 @@ def _answer(args: argparse.Namespace, ask: Any) -> Any:
     except TerminalProcessingMonitorBlocked as error:
         raise _refused(error, args) from None
     except Exception as error:
-        raise _database_error(error, str(args.db or "the PostgreSQL database")) from None
+        raise database_error(error, str(args.db or "the PostgreSQL database")) from None
     finally:
         monitor.connection.close()
-
-
-def _database_error(error: Exception, where: str) -> Exception:
-    """A driver's error as the command's error; anything else is left to the caller."""
-    if isinstance(error, CommandError):
-        return error
-    if isinstance(error, sqlite3.Error):
-        return _sqlite_error(error, where)
-    if type(error).__module__.startswith("psycopg"):
-        if type(error).__name__ == "OperationalError":
-            return _fail(EXIT_UNREACHABLE, "database_unreachable",
-                         f"{where}: {_first_line(error)}; check --dsn and the server")
-        return _fail(EXIT_REFUSED, "database_error", f"{where}: {_first_line(error)}")
-    return error
 
 
 # --- the commands ------------------------------------------------------------------
@@ -412,7 +308,7 @@ def _explain(args: argparse.Namespace) -> int:
             values = sql_values(monitor.store, key)
         if values is None:
             raise blocked(CODE + "missing")
-        return explain(MONITOR, values, monitor_inputs_now(float(now)),
+        return explain(MONITOR, values, inputs_now_for(MONITOR, float(now)),
                        where=f"{MONITOR_TABLE} in {args.db or 'the PostgreSQL database'}",
                        now=str(now))
 
@@ -421,7 +317,7 @@ def _explain(args: argparse.Namespace) -> int:
 
 def _constraints(args: argparse.Namespace) -> int:
     if args.db is not None:
-        raise _fail(EXIT_USAGE, "postgres_only", "constraints: only PostgreSQL carries the "
+        raise fail(EXIT_USAGE, "postgres_only", "constraints: only PostgreSQL carries the "
                     "rules as CHECK constraints; pass --dsn (SQLite keeps the reference schema)")
     from lifecycles.stores.postgres_rules import (
         ConstraintChanges,

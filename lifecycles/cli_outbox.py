@@ -29,13 +29,22 @@ from pathlib import Path
 from typing import Any
 
 from lifecycles.cli import CommandError, add_command
+from lifecycles.cli_ops import (
+    EXIT_BLOCKED,
+    EXIT_INTERNAL,
+    EXIT_NO_DATABASE,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNREADABLE,
+    EXIT_USAGE,
+    files_layout,
+)
 from lifecycles.explain import explain, outbox_inputs_now, print_explanation
 from lifecycles.explain_stored import files_entry
 from lifecycles.invariants.outbox import MAX_JSON_DEPTH, OutboxRecord
 from lifecycles.machines.outbox import OUTBOX, iso_timestamp
 from lifecycles.outbox import (
     OUTBOX_DIRECTORY,
-    OUTBOX_LAYOUT,
     corrupt_message,
     default_state_dir,
 )
@@ -47,8 +56,9 @@ from lifecycles.stores.files import (
     printable_name,  # a planted name need not be UTF-8; the output must be
 )
 
-EXIT_OK, EXIT_UNTRUSTED, EXIT_USAGE, EXIT_NO_ENTRY, EXIT_NO_OUTBOX, EXIT_UNUSABLE = (
-    0, 1, 2, 3, 4, 5)
+# The ops commands' exit codes (lifecycles.cli_ops), under the outbox's own names.
+EXIT_UNTRUSTED, EXIT_NO_ENTRY, EXIT_NO_OUTBOX, EXIT_UNUSABLE = (
+    EXIT_BLOCKED, EXIT_REFUSED, EXIT_NO_DATABASE, EXIT_UNREADABLE)
 EXIT_CODES = (
     (EXIT_OK, "answered: nothing untrusted, nothing quarantined (status ok); explain: the "
               "entry keeps every rule"),
@@ -62,7 +72,7 @@ EXIT_CODES = (
     (EXIT_UNUSABLE, "the outbox cannot be used: a directory or the lock file is a symbolic "
                     "link or not what it must be (`unsafe_path`), or it cannot be read "
                     "(`unreadable`)"),
-    (70, "an unexpected error: a bug in lifecycles (`internal_error`)"),
+    (EXIT_INTERNAL, "an unexpected error: a bug in lifecycles (`internal_error`)"),
 )
 TRUSTED_DIRECTORIES = ("pending", "delivered")
 
@@ -191,7 +201,7 @@ def _outbox_errors(state_dir: Path) -> Iterator[None]:
 
 def _reader(state_dir: Path) -> FilesStore[OutboxRecord]:
     """The outbox's store, opened to read only: nothing created, moved or re-moded."""
-    return FilesStore(OUTBOX, state_dir / OUTBOX_DIRECTORY, OUTBOX_LAYOUT, create=False)
+    return FilesStore(OUTBOX, state_dir / OUTBOX_DIRECTORY, files_layout(OUTBOX), create=False)
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from lifecycles.diagrams_pictures import mermaid
 from lifecycles.invariants.core import field_rules
 from lifecycles.invariants.monitor import MonitorRecord
 from lifecycles.invariants.outbox import OutboxRecord, intent_digest
+from lifecycles.loading import CheckerError, at, declared_exploration, one_line, where
 from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
 from lifecycles.machines.monitor import MonitorInputs
 from lifecycles.machines.outbox import CONFLICT_REASON, OutboxInputs, delivery_outcome
@@ -123,6 +124,9 @@ class Explanation:
     store_findings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     values: Mapping[str, Any] = attrs.field(factory=dict)
+    inputs_failure: str | None = None
+    """What failed, at which ``file:line`` of the lifecycle's code, when the inputs
+    assumed now could not be built for a record that could (nothing is judged then)."""
 
     @property
     def broken(self) -> tuple[str, ...]:
@@ -209,11 +213,16 @@ def explain(
         for rule in lifecycle.invariants
     )
     assumed: Mapping[str, Assumed] = {}
+    failure: str | None = None
     if record is not None and status in declared:
         try:
             assumed = inputs_now(record)
-        except Exception:  # inputs built from fields that break their rules
+        except Exception as error:
+            # On a record that breaks its rules the inputs may fail on its fields; on one
+            # that keeps them, the lifecycle's own code failed: say where.
             assumed = {}
+            if all(rule.holds for rule in fields):
+                failure = inputs_failure(error)
     verdicts = tuple(_verdict(lifecycle, trigger, record, assumed[trigger])
                      for trigger in lifecycle.triggers if trigger in assumed)
     # One table row yields one Row per source: out of one status, its index names it.
@@ -231,7 +240,16 @@ def explain(
         rows=rows, verdicts=verdicts, invariants=invariants,
         field_rules=tuple(rule for rule in fields if rule.holds is not True),
         store_findings=store_findings, notes=notes, values=_shown(lifecycle, values),
+        inputs_failure=failure,
     )
+
+
+def inputs_failure(error: BaseException) -> str:
+    """``file:line: Type: message`` of the user's code that raised ``error`` (a loading
+    failure's own message already says where)."""
+    if isinstance(error, CheckerError):
+        return error.message
+    return f"{at(where(error))}{one_line(error)}"
 
 
 def _shown(lifecycle: AnyLifecycle, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -320,6 +338,126 @@ def outbox_inputs_now(now: str) -> InputsNow:
     return inputs
 
 
+DEFAULT_LEASE_SECONDS = 60.0
+"""The lease a new worker's claim is assumed to ask for (``lifecycles worker``'s default)."""
+NO_LEASE_TOKEN = "explain-no-lease"
+HOLDER_FIELDS = ("worker_id", "lease_owner", "owner", "holder")
+"""Where a record keeps its lease holder when its Handling names no ``holder`` field."""
+
+
+class NoInputsDeclared(Exception):
+    """The lifecycle declares nothing to build its inputs from."""
+
+
+def _at_now(example: Any, now: float) -> Any:
+    """Inputs of ``example``'s class at ``now`` with every other field at its default,
+    else ``example`` moved to ``now``; as it is when it has no ``now``."""
+    if not (attrs.has(type(example)) and "now" in attrs.fields_dict(type(example))):
+        return example
+    try:
+        return type(example)(now=now)
+    except TypeError:  # other fields without defaults: keep the declared example's
+        return attrs.evolve(example, now=now)
+
+
+def lifecycle_inputs_now(
+    lifecycle: AnyLifecycle, now: float, *, lease_seconds: float = DEFAULT_LEASE_SECONDS
+) -> InputsNow:
+    """What a user lifecycle's triggers would get at ``now``, from its declarations.
+
+    With a :class:`~lifecycles.machines.work.Handling` (a worker runs it): the claim and
+    the rescue as a new worker's claim (``Handling.inputs``); the renewal, the success
+    and the failure as the lease holder (the record's holder and token) firing what
+    ``Handling.finish`` answers for a handler that returns, or raises a retryable
+    error. Without one, the exploration declared for the checker gives the inputs
+    (``lease_inputs``, else a move's first choice). Every other trigger (an operator's,
+    the application's) gets those inputs at ``now``, other fields at their defaults.
+    Whatever the lifecycle's code raises propagates: :func:`explain` says where."""
+    from lifecycles.machines.work import Leave, Raised, Returned
+
+    handling, lease = lifecycle.handling, lifecycle.lease
+
+    def explored(record: Any) -> tuple[Any, str]:
+        found = declared_exploration(lifecycle)
+        if found is None:
+            raise NoInputsDeclared(
+                f"{lifecycle.name} declares no Handling and no exploration (in "
+                f"{lifecycle.module}_inputs or {lifecycle.module}) to build its inputs from")
+        exploration, spec = found
+        if exploration.lease_inputs is not None:
+            return exploration.lease_inputs(now, NEW_TOKEN), f"as {spec} builds a claim's"
+        for move in exploration.moves:
+            for choice in move.choices(record):
+                return choice, f"as {spec} builds {move.name}'s"
+        raise NoInputsDeclared(f"{spec} offers no inputs for {lifecycle.name}'s "
+                               f"{lifecycle.status_of(record)} record")
+
+    def inputs(record: Any) -> Mapping[str, Assumed]:
+        if handling is not None:
+            fresh = handling.inputs(now, NEW_WORKER, NEW_TOKEN, lease_seconds)
+            how = "as its Handling.inputs builds them"
+        else:
+            fresh, how = explored(record)
+        assumed: dict[str, Assumed] = {}
+        base = _at_now(fresh, now)
+        for trigger in lifecycle.triggers:
+            if trigger != lifecycle.creation:
+                assumed[trigger] = Assumed(base, f"the application or an operator at now "
+                                                 f"(inputs {how}, defaults besides now)")
+        if lease is not None:
+            worker = f" ({NEW_WORKER})" if handling is not None else ""
+            claim = Assumed(fresh, f"a claim by a new worker{worker} at now ({how})")
+            assumed[lease.trigger] = claim
+            assumed[lease.expiry_trigger] = Assumed(
+                fresh, "any worker's claim at now (it rescues expired leases first)")
+        token = getattr(record, lease.token_field) if lease is not None else None
+        if handling is None or token is None:
+            return assumed
+        names = [handling.holder] if handling.holder else [
+            name for name in HOLDER_FIELDS if name in attrs.fields_dict(type(record))]
+        holder = getattr(record, names[0]) if names else None
+        held = handling.inputs(now, holder or NEW_WORKER, token, lease_seconds)
+        who = f"the lease holder {holder} with its own token" if holder else (
+            "the lease holder (its own token)")
+        if handling.renewal is not None:
+            assumed[handling.renewal] = Assumed(held, f"{who}, renewing its lease at now")
+        for result, what in ((Returned(None), "its handler returning"),
+                             (Raised(RuntimeError("explain")),
+                              "its handler raising a retryable error")):
+            step = handling.finish(record, held, result)
+            if not isinstance(step, Leave):
+                assumed[step.trigger] = Assumed(step.inputs, f"{who}, {what} at now")
+        return assumed
+
+    return inputs
+
+
+def inputs_now_for(lifecycle: AnyLifecycle, now: float) -> InputsNow:
+    """The inputs assumed at ``now`` (UNIX seconds): the shipped lifecycles' facades' own
+    (:func:`monitor_inputs_now`, :func:`outbox_inputs_now`), else
+    :func:`lifecycle_inputs_now`."""
+    from lifecycles.machines.monitor import MONITOR
+    from lifecycles.machines.outbox import OUTBOX
+
+    if lifecycle is MONITOR:
+        return monitor_inputs_now(now)
+    if lifecycle is OUTBOX:
+        return outbox_inputs_now(shown_now(lifecycle, now))
+    return lifecycle_inputs_now(lifecycle, now)
+
+
+def shown_now(lifecycle: AnyLifecycle, now: float) -> str:
+    """``now`` as the lifecycle's records write times: an ISO timestamp for the outbox,
+    UNIX seconds for every other."""
+    from lifecycles.machines.outbox import OUTBOX, iso_timestamp
+
+    if lifecycle is OUTBOX:
+        from datetime import UTC, datetime
+
+        return iso_timestamp(datetime.fromtimestamp(now, UTC))
+    return str(now)
+
+
 # --- text ----------------------------------------------------------------------------
 
 
@@ -368,7 +506,10 @@ def render_text(explanation: Explanation) -> str:
             closed.setdefault(v.refusal, []).append(v.trigger)
     lines += [f"  not allowed from {e.status} ({code}): {', '.join(triggers)}"
               for code, triggers in closed.items()]
-    if not e.verdicts:
+    if e.inputs_failure is not None:
+        lines.append(f"  (none judged: the inputs assumed now cannot be built: "
+                     f"{e.inputs_failure}; fix the code there)")
+    elif not e.verdicts:
         lines.append("  (none judged: the record cannot be built from its values)")
     held = sum(rule.holds is True for rule in e.invariants)
     lines.append(f"invariants: {held} of {len(e.invariants)} hold")
@@ -388,7 +529,8 @@ def print_explanation(
     lifecycle: AnyLifecycle, explanation: Explanation, as_json: bool, as_mermaid: bool
 ) -> int:
     """Print the explanation (text, JSON, or the Mermaid region of its status); the
-    exit code: 0 when the record keeps every rule, 1 when it breaks some."""
+    exit code: 0 when the record keeps every rule, 1 when it breaks some or when the
+    lifecycle's code failed building the inputs assumed now (also one line on stderr)."""
     declared = explanation.status in {status.value for status in lifecycle.statuses}
     region = mermaid(lifecycle, explanation.status) if as_mermaid and declared else None
     if as_json:
@@ -401,10 +543,28 @@ def print_explanation(
               "there is no region to draw", file=sys.stderr)
     else:
         print(region if region is not None else render_text(explanation), end="")
-    return 0 if explanation.trusted else 1
+    if explanation.inputs_failure is not None:
+        print(f"lifecycles: {explanation.inputs_failure} (raised building the inputs "
+              f"{lifecycle.name} assumes now); fix the code there", file=sys.stderr)
+    return 0 if explanation.trusted and explanation.inputs_failure is None else 1
 
 
 __all__ = [
-    "Assumed", "Explanation", "GuardCheck", "InputsNow", "RowCheck", "RuleCheck", "Verdict",
-    "explain", "monitor_inputs_now", "outbox_inputs_now", "print_explanation", "render_text",
+    "Assumed",
+    "Explanation",
+    "GuardCheck",
+    "InputsNow",
+    "NoInputsDeclared",
+    "RowCheck",
+    "RuleCheck",
+    "Verdict",
+    "explain",
+    "inputs_failure",
+    "inputs_now_for",
+    "lifecycle_inputs_now",
+    "monitor_inputs_now",
+    "outbox_inputs_now",
+    "print_explanation",
+    "render_text",
+    "shown_now",
 ]
