@@ -252,10 +252,7 @@ def checklist(lifecycles: Mapping[str, AnyLifecycle]) -> list[str]:
          "that command replays it from any directory and fails until the violation is "
          "fixed. A finding among interleaved workers is printed and written the same way."),
     ]
-    # Only the shipped lifecycles have record commands so far: a step for a project's
-    # own lifecycles would print commands that do not work there.
-    if {"monitor", "outbox"} & set(lifecycles):
-        steps.append(_stored_record_step())
+    steps.append(_stored_record_step(shipped={"monitor", "outbox"} & set(lifecycles)))
     out = ["", "## An auditor's checklist", ""]
     out += [f"{number}. **{title}.** {_plain(how)}"
             for number, (title, how) in enumerate(steps, 1)]
@@ -264,14 +261,20 @@ def checklist(lifecycles: Mapping[str, AnyLifecycle]) -> list[str]:
     return out
 
 
-def _stored_record_step() -> tuple[str, str]:
-    return ("Look at a stored record",
-         "`lifecycles monitor status --db FILE --capabilities SHA EVENT_ID` (or "
-         "`--dsn DSN`), `lifecycles monitor health ...` and `lifecycles outbox status "
-         "[--state-dir DIR]` show what the runtime reads, without changing anything; "
-         "`lifecycles monitor explain ... EVENT_ID` and `lifecycles outbox explain "
-         "ENTRY_ID` show one record's status, the rows open from it, which of their guards "
-         "hold now and the rules it keeps (`--mermaid` draws that part of the diagram).")
+def _stored_record_step(shipped: set[str]) -> tuple[str, str]:
+    how = ("`lifecycles status NAME` and `lifecycles health NAME` show what the runtime "
+           "reads from the store (the project's `store` setting, or `--db FILE`, `--dsn DSN` "
+           "or `--root DIR`), without changing anything; `lifecycles explain NAME KEY` shows "
+           "one record's status, the rows open from it, which of their guards hold now and "
+           "the rules it keeps (`--mermaid` draws that part of the diagram); "
+           "`lifecycles health NAME --format prometheus` prints the same figures for a "
+           "metrics collector.")
+    if shipped:
+        how += (" The drop-ins keep their own commands too: `lifecycles monitor status --db "
+                "FILE --capabilities SHA EVENT_ID` (or `--dsn DSN`), `lifecycles monitor "
+                "explain ... EVENT_ID`, `lifecycles outbox status [--state-dir DIR]` and "
+                "`lifecycles outbox explain ENTRY_ID`.")
+    return ("Look at a stored record", how)
 
 
 GLOSSARY: tuple[tuple[str, str], ...] = (

@@ -118,8 +118,11 @@ def test_the_commands_the_generated_pages_print_work_as_printed(tmp_path: Path) 
                                                 (pages / page).read_text())})
     assert "lifecycles check" in printed and "lifecycles diagrams --check" in printed
     assert not any("monitor" in command or "outbox" in command for command in printed)
+    assert "lifecycles explain NAME KEY" in printed  # a stored record, on the project's store
+    submit_refunds(tmp_path, 1)
     for command in printed:  # the placeholders as a reader fills them in
-        argv = command.replace("NAME", "refund").replace(" N ", " 2 ").replace(" M", " 1")
+        argv = (command.replace("NAME", "refund").replace("KEY", "rf-0")
+                .replace(" N ", " 2 ").replace(" M", " 1"))
         ran = lifecycles(tmp_path / "refunds", *argv.split()[1:])
         assert ran.returncode == 0, (command, ran.stdout[-500:], ran.stderr)
 
