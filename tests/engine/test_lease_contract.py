@@ -113,9 +113,8 @@ def test_a_store_written_from_the_docs_claims_rescues_and_completes_like_the_ref
     assert done.status == "succeeded"
     t2 = store.get("t-2")
     assert t2 is not None
-    with pytest.raises(TransitionRefused):
-        with store.transaction():
-            store.fire(t2, "succeed", inputs(9.5, "w-1", "tok-2"))  # tok-2 was rescued
+    with pytest.raises(TransitionRefused), store.transaction():
+        store.fire(t2, "succeed", inputs(9.5, "w-1", "tok-2"))  # tok-2 was rescued
     assert store.count_by_status() == {"queued": 0, "running": 1, "succeeded": 1, "failed": 0}
 
 
@@ -168,9 +167,8 @@ def test_the_worker_finishes_a_task_rescued_from_a_stalled_worker() -> None:
     assert outcome is not None and (outcome.trigger, outcome.status) == ("succeed", "succeeded")
     # The stalled worker's late completion is refused by the table, nothing written.
     finished = store.get("t-1")
-    with pytest.raises(TransitionRefused):
-        with store.transaction():
-            store.fire(stalled, "succeed", inputs(12.0, "w-old", "tok-old"))
+    with pytest.raises(TransitionRefused), store.transaction():
+        store.fire(stalled, "succeed", inputs(12.0, "w-old", "tok-old"))
     assert store.get("t-1") == finished
 
 
