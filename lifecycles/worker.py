@@ -448,7 +448,7 @@ class LeaseWork(Generic[R, I]):
             if isinstance(step, Leave):
                 return self._outcome(claimed, result, step, None, step.error, handler_seconds)
             written = lease_protocol.complete(
-                store, self.lifecycle, claimed.record, step.fire,
+                store.leasing(), self.lifecycle, claimed.record, step.fire,
                 fire_again=self.fire_again, read_again=self.read_again)
         except self.refusals as refusal:
             return self._outcome(claimed, result, step, None, refusal, handler_seconds)
@@ -564,7 +564,7 @@ class LeaseWork(Generic[R, I]):
         return done_all
 
     def _complete(self, store: Store[R], claimed: Claimed[R, I], step: Step[I]) -> R:
-        return lease_protocol.complete(store, self.lifecycle, claimed.record, step.fire,
+        return lease_protocol.complete(store.leasing(), self.lifecycle, claimed.record, step.fire,
                                        fire_again=self.fire_again, read_again=self.read_again)
 
     def renew(self, store: Store[R], claimed: Claimed[R, I], now: float) -> R:
@@ -576,7 +576,7 @@ class LeaseWork(Generic[R, I]):
         lease = claimed.lease
         inputs = self.inputs(now, lease.worker_id, lease.token, claimed.lease_seconds)
         renewed = lease_protocol.complete(
-            store, self.lifecycle, claimed.record,
+            store.leasing(), self.lifecycle, claimed.record,
             lambda record, fire: fire(trigger, record, inputs))
         claimed.record = renewed  # the finishing step compares with what was written last
         lease.expires_at = getattr(renewed, self.lease.expires_field)

@@ -2,9 +2,9 @@
 
 A lifecycle that declares a :class:`~lifecycles.machines.core.Lease` hands its
 records to workers. The protocol is decided here, without I/O, by pure functions
-over what a store answers; stores only answer queries (:class:`LeaseQueries`:
-"the first due record in claim order, passing over these keys", "the records whose
-lease has expired") and write compare-and-set. Every set the protocol uses comes
+over what a store answers; stores only answer queries (:class:`LeasingStore`, the
+one contract: "the first due records in claim order, passing over these keys", "the
+records whose lease has expired") and write compare-and-set. Every set the protocol uses comes
 from the table: the claimable statuses are the sources of the lease trigger, the
 leased status its dest.
 
@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
@@ -75,37 +75,123 @@ class LostRace(LifecycleError):
     code = "lifecycles.stale_record"
 
 
-class LeaseQueries(Protocol[R]):
-    """What the protocol asks of a store: the first due records, the expired leases and
-    (optionally) a glance at both; one write; one transaction."""
+@runtime_checkable
+class LeasingStore(Protocol[R]):
+    """The one leasing contract: what the protocol below asks of a store.
 
-    def transaction(self) -> AbstractContextManager[None]: ...
+    Required (:data:`LEASING_REQUIRED`): a transaction; the due records in claim order
+    (``due``) and the expired leases (``expired_leases``), each validated like any read
+    and as the store holds them inside the caller's transaction; a read by key (``get``,
+    for a completion decided again on the record as stored); and compare-and-set writes
+    (``put``, ``put_many``). Optional (:data:`LEASING_OPTIONAL`): the shortcuts a store
+    may offer for the common claim, whose defaults :class:`LeaseDefaults` gives (every
+    :class:`~lifecycles.stores.base.Store` inherits them), so a store written to the
+    required members alone is a complete implementation once it inherits them.
+    ``Store.claim`` refuses a store that lacks a member (:func:`missing_from_contract`)
+    with :class:`NotLeasable` naming it.
+    """
 
-    def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[R]: ...
+    def transaction(self) -> AbstractContextManager[None]:
+        """One atomic, serialisable unit: a claim's rescues and grants commit together."""
+        ...
 
-    def expired_leases(self, now: float) -> list[R]: ...
+    def get(self, key: str) -> R | None:
+        """The validated record under ``key``, or ``None``."""
+        ...
 
-    def glance(self, now: float) -> Glance[R] | None: ...
+    def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[R]:
+        """The first ``limit`` claimable records due at ``now`` in claim order (what
+        :func:`due_in_order` answers over records in hand), passing over the keys in
+        ``exclude``: the protocol excludes a candidate whose claim guards refuse, so that
+        it never blocks the queue."""
+        ...
 
-    def claim_in_place(self, inputs: Any) -> object: ...
+    def expired_leases(self, now: float) -> list[R]:
+        """The leased records whose lease has expired at ``now`` (:func:`expired`)."""
+        ...
 
-    def claim_many_in_place(self, inputs_for: Callable[[int], Any], limit: int) -> object: ...
+    def put(self, before: R, after: R, row: Row) -> None:
+        """Compare-and-set on the whole record: write ``after`` (already checked against
+        every invariant) only if the stored record still equals ``before``, else raise
+        :class:`LostRace` (a store's ``StaleRecord``) and change nothing. Outside a
+        transaction it is a transaction of its own."""
+        ...
 
-    def put(self, before: R, after: R, row: Row) -> None: ...
+    def put_many(self, writes: Sequence[tuple[R, R, Row]]) -> list[bool]:
+        """:meth:`put` each ``(before, after, row)``, in order; whether each was written."""
+        ...
 
-    def put_many(self, writes: Sequence[tuple[R, R, Row]]) -> list[bool]: ...
+    def glance(self, now: float) -> Glance[R] | None:
+        """Optional. Outside any transaction, in one read: whether any lease has expired at
+        ``now``, and the first due record; ``None`` (the default) when the store offers no
+        such read, and every claim takes a transaction. A store that answers it must make
+        :meth:`put` outside a transaction match the whole record, so that a claim decided
+        on the glance is written only if nothing changed since."""
+        ...
 
-    def check_schema(self) -> None: ...
+    def claim_in_place(self, inputs: Any) -> object:
+        """Optional. The common claim (no lease expired) as one statement of the database,
+        its rules checked before it commits: the record leased, or :data:`UNSETTLED` (the
+        default) when the store cannot or the statement leased nothing."""
+        ...
+
+    def claim_many_in_place(self, inputs_for: Callable[[int], Any], limit: int) -> object:
+        """Optional. The common batch claim as one statement: the records leased in claim
+        order (the ``n``-th under ``inputs_for(n)``; an empty list: nothing due), or
+        :data:`UNSETTLED` (the default; the protocol then calls ``inputs_for`` again from
+        0, and is given the same answers)."""
+        ...
+
+    def check_schema(self) -> None:
+        """Optional. Raise when the store's schema changed under it (none by default): a
+        claim that found nothing due on a glance confirms the schema before answering."""
+        ...
 
 
-class CompletingStore(Protocol[R]):
-    """What :func:`complete` asks of a store: a read and a compare-and-set firing."""
+UNSETTLED = object()
+"""What a store's claim shortcut (and :func:`claim_at_a_glance`) answers when the full
+protocol must decide."""
 
-    def transaction(self) -> AbstractContextManager[None]: ...
 
-    def get(self, key: str) -> R | None: ...
+class LeaseDefaults(Generic[R]):
+    """The defaults of :class:`LeasingStore`'s optional members: no glance, no claim in
+    place, no schema to check. Inherit it (``Store`` does) and implement the required
+    members; override a default to offer a faster claim."""
 
-    def fire(self, record: R, trigger: str, inputs: Any) -> R: ...
+    def glance(self, now: float) -> Glance[R] | None:
+        """None: every claim takes a transaction."""
+        return None
+
+    def claim_in_place(self, inputs: Any) -> object:
+        """:data:`UNSETTLED`: claims are decided in Python."""
+        return UNSETTLED
+
+    def claim_many_in_place(self, inputs_for: Callable[[int], Any], limit: int) -> object:
+        """:data:`UNSETTLED`: batch claims are decided in Python."""
+        return UNSETTLED
+
+    def check_schema(self) -> None:
+        """No schema to check."""
+
+
+def _methods(kind: type) -> tuple[str, ...]:
+    return tuple(name for name, value in vars(kind).items()
+                 if callable(value) and not name.startswith("_"))
+
+
+#: The members of :class:`LeasingStore` that :class:`LeaseDefaults` gives defaults for.
+LEASING_OPTIONAL: tuple[str, ...] = _methods(LeaseDefaults)
+#: The members of :class:`LeasingStore` every leasing store implements itself.
+LEASING_REQUIRED: tuple[str, ...] = tuple(
+    name for name in _methods(LeasingStore) if name not in LEASING_OPTIONAL)
+
+
+def missing_from_contract(store: object) -> tuple[str, ...]:
+    """The members of :class:`LeasingStore` that ``store`` lacks (required first, in the
+    contract's order); empty when it implements the contract. The rule of the protocol's
+    ``isinstance``: a member is missing when absent or not callable (``None`` blocks one)."""
+    return tuple(name for name in LEASING_REQUIRED + LEASING_OPTIONAL
+                 if not callable(getattr(store, name, None)))
 
 
 @attrs.frozen
@@ -242,12 +328,12 @@ def decide_claim(
 # --- the protocol, driving a store's queries -----------------------------------------
 
 
-def recover_expired(store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs: Any) -> list[R]:
+def recover_expired(store: LeasingStore[R], lifecycle: Lifecycle[R, Any], inputs: Any) -> list[R]:
     """Rescue every expired lease at ``inputs.now``; returns the records written."""
     return [grant.after for grant in rescue_expired(store, lifecycle, inputs)]
 
 
-def rescue_expired(store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs: Any,
+def rescue_expired(store: LeasingStore[R], lifecycle: Lifecycle[R, Any], inputs: Any,
                    ) -> list[Grant]:
     """:func:`recover_expired`, returning each rescue's :class:`Grant` (what it ended)."""
     grants = []
@@ -259,14 +345,14 @@ def rescue_expired(store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs:
 
 
 def claim(
-    store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs: Any,
+    store: LeasingStore[R], lifecycle: Lifecycle[R, Any], inputs: Any,
     on_lease: Callable[[R], None] | None = None,
     on_rescue: Callable[[list[Grant]], None] | None = None,
 ) -> R | None:
     """Rescue expired leases, then lease the first due record, as if in one transaction.
 
     First the store's own one-statement claim, where it has one
-    (:meth:`~LeaseQueries.claim_in_place`), then a glance (:func:`claim_at_a_glance`);
+    (:meth:`~LeasingStore.claim_in_place`), then a glance (:func:`claim_at_a_glance`);
     when neither settles the claim, the whole protocol in one store transaction.
     ``on_lease`` sees the newly leased record inside that transaction (so it always
     takes the transaction); an exception it raises rolls the whole claim back.
@@ -285,7 +371,7 @@ def claim(
 
 
 def claim_many(
-    store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs_for: Callable[[int], Any],
+    store: LeasingStore[R], lifecycle: Lifecycle[R, Any], inputs_for: Callable[[int], Any],
     limit: int, on_lease: Callable[[R], None] | None = None,
     on_rescue: Callable[[list[Grant]], None] | None = None,
 ) -> list[R]:
@@ -297,7 +383,7 @@ def claim_many(
     token); ``inputs_for(0)`` also rescues. The leases commit together or not at all.
 
     First, as :func:`claim` does, the store's own one-statement batch claim where it has
-    one (:meth:`~LeaseQueries.claim_many_in_place`; never with ``on_lease``). It may ask
+    one (:meth:`~LeasingStore.claim_many_in_place`; never with ``on_lease``). It may ask
     for the inputs of every grant up front; when it leaves the claim unsettled, the
     protocol is given the very inputs it was given (``inputs_for`` is called once per
     ``n``, in order), so the ``n``-th lease granted either way holds ``inputs_for(n)``.
@@ -313,7 +399,7 @@ def claim_many(
 
 
 def claim_in_transaction(
-    store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs_for: Callable[[int], Any],
+    store: LeasingStore[R], lifecycle: Lifecycle[R, Any], inputs_for: Callable[[int], Any],
     limit: int, on_lease: Callable[[R], None] | None = None,
     on_rescue: Callable[[list[Grant]], None] | None = None,
 ) -> list[R]:
@@ -354,10 +440,6 @@ def claim_in_transaction(
     return granted
 
 
-UNSETTLED = object()
-"""What :func:`claim_at_a_glance` answers when the full protocol must decide."""
-
-
 class _Minted:
     """``inputs_for``, called once per grant number, in order, and remembered: a batch
     claim tried in place and then by the protocol hands both the same inputs."""
@@ -374,10 +456,10 @@ class _Minted:
         return self._minted[n]
 
 
-def claim_at_a_glance(store: LeaseQueries[R], lifecycle: Lifecycle[R, Any], inputs: Any) -> object:
+def claim_at_a_glance(store: LeasingStore[R], lifecycle: Lifecycle[R, Any], inputs: Any) -> object:
     """The common claim without a transaction: one read, one compare-and-set write.
 
-    The store's :meth:`~LeaseQueries.glance` says whether any lease has expired and
+    The store's :meth:`~LeasingStore.glance` says whether any lease has expired and
     which record is first due. When none has expired there is nothing to rescue, so
     the claim is the first due record's lease grant, written by a compare-and-set on
     the whole record as read: it succeeds only if nothing changed in between, which
@@ -412,7 +494,7 @@ through ``fire(trigger, record, inputs)``."""
 
 
 def complete(
-    store: CompletingStore[R], lifecycle: Lifecycle[R, Any], held: R, step: StepOn[R],
+    store: LeasingStore[R], lifecycle: Lifecycle[R, Any], held: R, step: StepOn[R],
     *, fire_again: Callable[[str, R, Any], R] | None = None,
     read_again: Callable[[str], R] | None = None,
 ) -> R:
@@ -422,13 +504,17 @@ def complete(
     succeeds only if nothing changed since the claim. When the record changed, or the
     table refuses the step on it, the step is fired again in one transaction on the
     record as stored now (``read_again``, default ``store.get``; ``fire_again``, default
-    ``store.fire``), so the table's guards decide: a worker whose lease was rescued and
-    granted to another must be refused there (``lifecycles check`` explores exactly
+    the table's row written by ``store.put``, as ``Store.fire`` does), so the table's
+    guards decide: a worker whose lease was rescued and granted to another must be
+    refused there (``lifecycles check`` explores exactly
     this with interleaved workers, :mod:`lifecycles.machines.interleaving`). Refusals
     propagate; nothing is written by a refused step.
     """
     def fire(trigger: str, record: R, inputs: Any) -> R:
-        return store.fire(record, trigger, inputs)
+        row = lifecycle.select_row(trigger, record, inputs)
+        after = lifecycle.apply_row(row, record, inputs)  # checks every invariant
+        store.put(record, after, row)
+        return after
 
     try:
         return step(held, fire)

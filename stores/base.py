@@ -34,10 +34,16 @@ Guarantees every implementation documents and the conformance suite checks:
 
 Storage and leasing are separate capabilities. :class:`Store` is storage: get,
 insert, write, scan, counts, transaction. A store for a lifecycle that declares a
-lease also answers the lease queries of :class:`LeasingStore` (the first due record,
-the expired leases, and their counts); the protocol that drives them (rescue, claim,
-pass over) is pure code in :mod:`lifecycles.machines.lease`, so a store decides
-nothing about leases and a store for a lifecycle without one implements neither.
+lease also implements the one leasing contract,
+:class:`~lifecycles.machines.lease.LeasingStore`: two queries beside storage, the due
+records in claim order (``due``) and the expired leases (``expired_leases``); its
+optional shortcuts (``glance``, the claims in place) have defaults here, inherited
+from :class:`~lifecycles.machines.lease.LeaseDefaults`. The protocol that drives them
+(rescue, claim, pass over) is pure code in :mod:`lifecycles.machines.lease`, so a store
+decides nothing about leases and a store for a lifecycle without one implements
+neither. The shipped stores also count due records and expired leases
+(``count_due``, ``count_expired``, for health and tests) and answer ``next_due``:
+conveniences of theirs, not part of the contract.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 
@@ -53,7 +59,7 @@ from lifecycles import observe
 from lifecycles.invariants.core import InvariantViolation, build_record
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lease, Lifecycle, LifecycleError, Row
-from lifecycles.machines.lease import Glance, LostRace, NotLeasable
+from lifecycles.machines.lease import LeaseDefaults, LeasingStore, LostRace, NotLeasable
 
 R = TypeVar("R")
 I = TypeVar("I")  # noqa: E741
@@ -137,77 +143,13 @@ __all__ = [
 ]
 
 
-@runtime_checkable
-class LeasingStore(Protocol[R]):
-    """The leasing capability: the queries :mod:`lifecycles.machines.lease` asks.
-
-    Implemented by the stores of leased lifecycles beside :class:`Store`'s storage;
-    every answer is validated like any read, and reflects the store's state inside
-    the caller's transaction.
-    """
-
-    def transaction(self) -> AbstractContextManager[None]: ...
-
-    def put(self, before: R, after: R, row: Row) -> None: ...
-
-    def put_many(self, writes: Sequence[tuple[R, R, Row]]) -> list[bool]: ...
-
-    def next_due(self, now: float, exclude: frozenset[str] = frozenset()) -> R | None:
-        """The claimable record due at ``now`` that is first in the lease order.
-
-        Keys in ``exclude`` are passed over: the claim protocol uses it to skip a due
-        record whose claim guards refuse, instead of letting it block the queue.
-        """
-        ...
-
-    def due(self, now: float, limit: int, exclude: frozenset[str] = frozenset()) -> list[R]:
-        """The first ``limit`` claimable records due at ``now``, in lease order, passing
-        over the keys in ``exclude`` (one query: a batch claim's candidates)."""
-        ...
-
-    def expired_leases(self, now: float) -> list[R]:
-        """Leased records whose lease has expired at ``now``."""
-        ...
-
-    def glance(self, now: float) -> Glance[R] | None:
-        """Outside any transaction, in one read: whether any lease has expired at ``now``,
-        and the first due record; ``None`` when the store offers no such read (every
-        claim then takes a transaction). :meth:`put` outside a transaction must then
-        match the whole record, so that a claim decided on the glance is written only
-        if nothing changed since."""
-        ...
-
-    def claim_in_place(self, inputs: Any) -> object:
-        """The common claim (no lease expired) as one statement of the database, its rules
-        checked before it commits: the record leased, or ``UNSETTLED`` when the store
-        cannot, or the statement leased nothing (the protocol then decides)."""
-        ...
-
-    def claim_many_in_place(self, inputs_for: Callable[[int], Any], limit: int) -> object:
-        """The common batch claim (no lease expired) as one statement, its rules checked
-        before it commits: the records leased in claim order (the ``n``-th under
-        ``inputs_for(n)``; an empty list: nothing due), or ``UNSETTLED`` (the protocol
-        then decides, calling ``inputs_for`` again from 0: it must answer the same)."""
-        ...
-
-    def check_schema(self) -> None: ...
-
-    def count_due(self, now: float) -> int:
-        """Claimable records that are due at ``now``."""
-        ...
-
-    def count_expired(self, now: float) -> int:
-        """Leased records whose lease has expired at ``now``."""
-        ...
-
-
-class Store(ABC, Generic[R]):
+class Store(ABC, LeaseDefaults[R]):
     """Records of one lifecycle. Subclasses implement the abstract primitives;
     the transition helpers below are written once on top of them."""
 
-    # Whether each store class answers the lease queries (a Protocol isinstance check
-    # looks up every member; a claim asks once per call, so the answer is kept).
-    _leasing_types: ClassVar[dict[type, bool]] = {}
+    # What each store class lacks of the leasing contract (every member is looked up;
+    # a claim asks once per call, so the answer is kept).
+    _leasing_types: ClassVar[dict[type, tuple[str, ...]]] = {}
 
     lifecycle: Lifecycle[R, Any]
 
@@ -330,29 +272,18 @@ class Store(ABC, Generic[R]):
         return after
 
     def leasing(self) -> LeasingStore[R]:
-        """This store as a :class:`LeasingStore`; :class:`NotLeasable` when the lifecycle
-        declares no lease or the store answers no lease queries."""
+        """This store as a :class:`~lifecycles.machines.lease.LeasingStore`;
+        :class:`NotLeasable` when the lifecycle declares no lease or the store lacks a
+        member of the contract (named in the message)."""
         lease_protocol.declared_lease(self.lifecycle)
         kind = type(self)
-        answers = self._leasing_types.get(kind)
-        if answers is None:
-            answers = self._leasing_types[kind] = isinstance(self, LeasingStore)
-        if not answers:
-            raise NotLeasable(f"{kind.__name__} answers no lease queries")
+        missing = self._leasing_types.get(kind)
+        if missing is None:
+            missing = self._leasing_types[kind] = lease_protocol.missing_from_contract(self)
+        if missing:
+            raise NotLeasable(f"{kind.__name__} answers no lease queries: it lacks "
+                              f"{', '.join(missing)}")
         return self  # type: ignore[return-value]  # checked just above
-
-    def glance(self, now: float) -> Glance[R] | None:
-        """None by default: every claim takes a transaction (see :class:`LeasingStore`)."""
-        return None
-
-    def claim_in_place(self, inputs: Any) -> object:
-        """``UNSETTLED`` by default: claims are decided in Python (see :class:`LeasingStore`)."""
-        return lease_protocol.UNSETTLED
-
-    def claim_many_in_place(self, inputs_for: Callable[[int], Any], limit: int) -> object:
-        """``UNSETTLED`` by default: batch claims are decided in Python (see
-        :class:`LeasingStore`)."""
-        return lease_protocol.UNSETTLED
 
     def recover_expired(self, inputs: Any) -> list[R]:
         """Fire the lease-expiry trigger on every expired lease; returns the new records

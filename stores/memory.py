@@ -23,8 +23,10 @@ R = TypeVar("R")
 class MemoryStore(Store[R]):
     """Records in a dict. A transaction holds a lock and restores a snapshot on error.
 
-    Answers the lease queries (:class:`~lifecycles.stores.base.LeasingStore`); for a
-    lifecycle without a lease they raise ``NotLeasable``.
+    Implements the leasing contract (:class:`~lifecycles.machines.lease.LeasingStore`),
+    its glance included, and the counts the shipped stores offer beside it
+    (``count_due``, ``count_expired``, ``next_due``); for a lifecycle without a lease
+    they raise ``NotLeasable``.
     """
 
     def __init__(self, lifecycle: Lifecycle[R, Any], records: Iterable[R] = ()) -> None:

@@ -120,9 +120,11 @@ class _Write(NamedTuple):
 class SQLStore(Store[R], ABC):
     """A lifecycle's records in one SQL table, compare-and-set on every write.
 
-    Answers the lease queries (:class:`~lifecycles.stores.base.LeasingStore`) for
-    leased lifecycles; for others they raise ``NotLeasable``. Subclasses supply the
-    dialect and the driver hooks below.
+    Implements the leasing contract (:class:`~lifecycles.machines.lease.LeasingStore`)
+    for leased lifecycles, its glance included, and counts due records and expired
+    leases (``count_due``, ``count_expired``: health's figures, beside the contract); for
+    other lifecycles these raise ``NotLeasable``. Subclasses supply the dialect and the
+    driver hooks below.
     """
 
     dialect: Dialect
