@@ -101,7 +101,7 @@ if TYPE_CHECKING:
         StoreUnavailable,
         UniqueViolation,
     )
-    from lifecycles.stores.files import FilesStore
+    from lifecycles.stores.files.store import FilesStore
     from lifecycles.stores.memory import MemoryStore
     from lifecycles.stores.postgres import PostgresStore
     from lifecycles.stores.sqlite import SQLiteStore
@@ -128,7 +128,7 @@ _DEFINED_IN: dict[str, str] = {
     "FieldRule": "lifecycles.invariants.core",
     "FieldRuleViolation": "lifecycles.invariants.core",
     "Fields": "lifecycles.invariants.expressions",
-    "FilesStore": "lifecycles.stores.files",
+    "FilesStore": "lifecycles.stores.files.store",
     "Fire": "lifecycles.machines.work",
     "FiredBy": "lifecycles.machines.audit",
     "Guard": "lifecycles.machines.core",

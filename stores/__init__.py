@@ -15,7 +15,7 @@ if TYPE_CHECKING:
         StoreUnavailable,
         UniqueViolation,
     )
-    from lifecycles.stores.files import FilesStore
+    from lifecycles.stores.files.store import FilesStore
     from lifecycles.stores.memory import MemoryStore
     from lifecycles.stores.postgres import PostgresStore
     from lifecycles.stores.sqlite import SQLiteStore
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 # used, so importing the package loads no store and no driver (PostgresStore: psycopg).
 _DEFINED_IN: dict[str, str] = {
     "CommitUncertain": "lifecycles.stores.base",
-    "FilesStore": "lifecycles.stores.files",
+    "FilesStore": "lifecycles.stores.files.store",
     "MemoryStore": "lifecycles.stores.memory",
     "PostgresStore": "lifecycles.stores.postgres",
     "SQLiteStore": "lifecycles.stores.sqlite",
