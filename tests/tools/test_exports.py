@@ -138,18 +138,19 @@ def test_an_unknown_name_is_an_attribute_error_and_submodules_still_import() -> 
     assert lease.__name__ == "lifecycles.machines.lease"
 
 
-def imported_by(code: str) -> set[str]:
-    """The modules a fresh interpreter holds after running ``code``."""
+def imported_by(code: str, where: Path) -> set[str]:
+    """The modules a fresh interpreter holds after running ``code`` (the installed package,
+    not the checkout: ``where`` is an empty directory)."""
     done = subprocess.run(
         [sys.executable, "-c", f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"],
-        capture_output=True, text=True, check=True, cwd=ROOT.parent,
+        capture_output=True, text=True, check=True, cwd=where,
     )
     return set(json.loads(done.stdout.splitlines()[-1]))
 
 
-def test_importing_the_packages_imports_no_engine_store_or_driver() -> None:
+def test_importing_the_packages_imports_no_engine_store_or_driver(tmp_path: Path) -> None:
     modules = imported_by("import lifecycles, lifecycles.machines, lifecycles.invariants,"
-                          " lifecycles.stores")
+                          " lifecycles.stores", tmp_path)
     ours = {module for module in modules if module.split(".")[0] == "lifecycles"}
     assert ours == {"lifecycles", "lifecycles.machines", "lifecycles.invariants",
                     "lifecycles.stores"}
@@ -157,8 +158,8 @@ def test_importing_the_packages_imports_no_engine_store_or_driver() -> None:
         assert heavy not in modules, heavy
 
 
-def test_a_public_name_imports_only_what_defines_it() -> None:
-    modules = imported_by("from lifecycles import Lifecycle, MemoryStore, InvariantSet")
+def test_a_public_name_imports_only_what_defines_it(tmp_path: Path) -> None:
+    modules = imported_by("from lifecycles import Lifecycle, MemoryStore, InvariantSet", tmp_path)
     assert "lifecycles.machines.core" in modules
     assert "lifecycles.stores.memory" in modules
     assert not {module for module in modules
