@@ -1,6 +1,6 @@
 """Named rules every stored record obeys: field rules and cross-field invariants."""
 
-# Not typing.TYPE_CHECKING: importing typing would double the cost of this import.
+# Not typing.TYPE_CHECKING: importing typing costs milliseconds nothing here needs.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
