@@ -1,4 +1,10 @@
-"""lifecycles: explicit, durable state machines declared as transition tables."""
+"""lifecycles: explicit, durable state machines declared as transition tables.
+
+The public API is what this module and the packages lifecycles.machines,
+lifecycles.invariants and lifecycles.stores export (``__all__``); the shipped lifecycles
+are apps beside it (lifecycles.monitor, lifecycles.outbox, lifecycles.testing). Every
+other module may move.
+"""
 
 from pathlib import Path as _Path
 
@@ -11,3 +17,267 @@ __version__ = "0.1.0"
 _here = _Path(__file__).resolve().parent
 if not (_here / "machines").is_dir() and (_here.parent / "machines" / "core.py").is_file():
     __path__.append(str(_here.parent))
+
+# Not typing.TYPE_CHECKING: importing typing costs milliseconds nothing here needs.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from lifecycles.invariants.core import (
+        FieldRule,
+        FieldRuleViolation,
+        Invariant,
+        InvariantSet,
+        InvariantViolation,
+        build_record,
+        expressed,
+        field_rules,
+        finite_time,
+        integer_between,
+        invariant,
+        matches,
+        one_of,
+        step_invariant,
+    )
+    from lifecycles.invariants.expressions import Expr, Fields
+    from lifecycles.machines.audit import FiredBy
+    from lifecycles.machines.blocks import (
+        Backoff,
+        InputNames,
+        Leasing,
+        Retry,
+        WorkInputs,
+        named_in,
+        source_of,
+    )
+    from lifecycles.machines.core import (
+        Changes,
+        DefinitionError,
+        Effect,
+        EffectContractError,
+        Guard,
+        Lease,
+        Lifecycle,
+        LifecycleError,
+        Row,
+        TransitionRefused,
+        effect,
+        guard,
+    )
+    from lifecycles.machines.exploration import (
+        AcceptedCycle,
+        ExpectationBroken,
+        Exploration,
+        Move,
+        explore,
+        time_relation,
+        trigger_move,
+    )
+    from lifecycles.machines.interleaving import (
+        Work,
+        Workers,
+        explore_workers,
+    )
+    from lifecycles.machines.lease import LostRace
+    from lifecycles.machines.liveness import liveness
+    from lifecycles.machines.mutants import EquivalentMutant
+    from lifecycles.machines.symbolic import symbolic_row
+    from lifecycles.machines.work import (
+        Fire,
+        Handling,
+        Leave,
+        Outcome,
+        Permanent,
+        Step,
+        outcomes,
+    )
+    from lifecycles.stores.base import (
+        CommitUncertain,
+        SchemaMismatch,
+        StaleRecord,
+        Store,
+        StoreDamaged,
+        StoreError,
+        StoreUnavailable,
+        UniqueViolation,
+    )
+    from lifecycles.stores.files.store import FilesStore
+    from lifecycles.stores.memory import MemoryStore
+    from lifecycles.stores.postgres import PostgresStore
+    from lifecycles.stores.sqlite import SQLiteStore
+    from lifecycles.worker import (
+        HeldLease,
+        Worker,
+        WorkOutcome,
+    )
+
+# Each public name and the module that defines it. Nothing is imported until a name is
+# used: `import lifecycles` loads no engine, store, driver, checker or Hypothesis.
+_DEFINED_IN: dict[str, str] = {
+    "AcceptedCycle": "lifecycles.machines.exploration",
+    "Backoff": "lifecycles.machines.blocks",
+    "Changes": "lifecycles.machines.core",
+    "CommitUncertain": "lifecycles.stores.base",
+    "DefinitionError": "lifecycles.machines.core",
+    "Effect": "lifecycles.machines.core",
+    "EffectContractError": "lifecycles.machines.core",
+    "EquivalentMutant": "lifecycles.machines.mutants",
+    "ExpectationBroken": "lifecycles.machines.exploration",
+    "Exploration": "lifecycles.machines.exploration",
+    "Expr": "lifecycles.invariants.expressions",
+    "FieldRule": "lifecycles.invariants.core",
+    "FieldRuleViolation": "lifecycles.invariants.core",
+    "Fields": "lifecycles.invariants.expressions",
+    "FilesStore": "lifecycles.stores.files.store",
+    "Fire": "lifecycles.machines.work",
+    "FiredBy": "lifecycles.machines.audit",
+    "Guard": "lifecycles.machines.core",
+    "Handling": "lifecycles.machines.work",
+    "HeldLease": "lifecycles.worker",
+    "InputNames": "lifecycles.machines.blocks",
+    "Invariant": "lifecycles.invariants.core",
+    "InvariantSet": "lifecycles.invariants.core",
+    "InvariantViolation": "lifecycles.invariants.core",
+    "Lease": "lifecycles.machines.core",
+    "Leasing": "lifecycles.machines.blocks",
+    "Leave": "lifecycles.machines.work",
+    "Lifecycle": "lifecycles.machines.core",
+    "LifecycleError": "lifecycles.machines.core",
+    "LostRace": "lifecycles.machines.lease",
+    "MemoryStore": "lifecycles.stores.memory",
+    "Move": "lifecycles.machines.exploration",
+    "Outcome": "lifecycles.machines.work",
+    "Permanent": "lifecycles.machines.work",
+    "PostgresStore": "lifecycles.stores.postgres",
+    "Retry": "lifecycles.machines.blocks",
+    "Row": "lifecycles.machines.core",
+    "SQLiteStore": "lifecycles.stores.sqlite",
+    "SchemaMismatch": "lifecycles.stores.base",
+    "StaleRecord": "lifecycles.stores.base",
+    "Step": "lifecycles.machines.work",
+    "Store": "lifecycles.stores.base",
+    "StoreDamaged": "lifecycles.stores.base",
+    "StoreError": "lifecycles.stores.base",
+    "StoreUnavailable": "lifecycles.stores.base",
+    "TransitionRefused": "lifecycles.machines.core",
+    "UniqueViolation": "lifecycles.stores.base",
+    "Work": "lifecycles.machines.interleaving",
+    "WorkInputs": "lifecycles.machines.blocks",
+    "WorkOutcome": "lifecycles.worker",
+    "Worker": "lifecycles.worker",
+    "Workers": "lifecycles.machines.interleaving",
+    "build_record": "lifecycles.invariants.core",
+    "effect": "lifecycles.machines.core",
+    "explore": "lifecycles.machines.exploration",
+    "explore_workers": "lifecycles.machines.interleaving",
+    "expressed": "lifecycles.invariants.core",
+    "field_rules": "lifecycles.invariants.core",
+    "finite_time": "lifecycles.invariants.core",
+    "guard": "lifecycles.machines.core",
+    "integer_between": "lifecycles.invariants.core",
+    "invariant": "lifecycles.invariants.core",
+    "liveness": "lifecycles.machines.liveness",
+    "matches": "lifecycles.invariants.core",
+    "named_in": "lifecycles.machines.blocks",
+    "one_of": "lifecycles.invariants.core",
+    "outcomes": "lifecycles.machines.work",
+    "source_of": "lifecycles.machines.blocks",
+    "step_invariant": "lifecycles.invariants.core",
+    "symbolic_row": "lifecycles.machines.symbolic",
+    "time_relation": "lifecycles.machines.exploration",
+    "trigger_move": "lifecycles.machines.exploration",
+}
+
+__all__ = [
+    "AcceptedCycle",
+    "Backoff",
+    "Changes",
+    "CommitUncertain",
+    "DefinitionError",
+    "Effect",
+    "EffectContractError",
+    "EquivalentMutant",
+    "ExpectationBroken",
+    "Exploration",
+    "Expr",
+    "FieldRule",
+    "FieldRuleViolation",
+    "Fields",
+    "FilesStore",
+    "Fire",
+    "FiredBy",
+    "Guard",
+    "Handling",
+    "HeldLease",
+    "InputNames",
+    "Invariant",
+    "InvariantSet",
+    "InvariantViolation",
+    "Lease",
+    "Leasing",
+    "Leave",
+    "Lifecycle",
+    "LifecycleError",
+    "LostRace",
+    "MemoryStore",
+    "Move",
+    "Outcome",
+    "Permanent",
+    "PostgresStore",
+    "Retry",
+    "Row",
+    "SQLiteStore",
+    "SchemaMismatch",
+    "StaleRecord",
+    "Step",
+    "Store",
+    "StoreDamaged",
+    "StoreError",
+    "StoreUnavailable",
+    "TransitionRefused",
+    "UniqueViolation",
+    "Work",
+    "WorkInputs",
+    "WorkOutcome",
+    "Worker",
+    "Workers",
+    "__version__",
+    "build_record",
+    "effect",
+    "explore",
+    "explore_workers",
+    "expressed",
+    "field_rules",
+    "finite_time",
+    "guard",
+    "integer_between",
+    "invariant",
+    "liveness",
+    "matches",
+    "named_in",
+    "one_of",
+    "outcomes",
+    "source_of",
+    "step_invariant",
+    "symbolic_row",
+    "time_relation",
+    "trigger_move",
+]
+
+if not TYPE_CHECKING:  # mypy sees the imports above, not a catch-all __getattr__
+
+    def __getattr__(name: str) -> "Any":
+        """A public name, imported from the module that defines it on first use (PEP 562)."""
+        module = _DEFINED_IN.get(name)
+        if module is None:
+            # Not public here; `from PACKAGE import submodule` then imports the submodule.
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -104,10 +104,7 @@ from lifecycles.loading import (
     declared_exploration,
     display,
     explorations_in,
-    find_exploration,
-    import_failure,
     import_target,
-    load_exploration,
     one_line,
     where,
 )
@@ -124,7 +121,7 @@ from lifecycles.machines.findings import search_findings
 from lifecycles.machines.interleaving import InterleavingResult
 from lifecycles.machines.liveness import Liveness, liveness
 from lifecycles.project import find_project, installed, named_by, on_path, unique
-from lifecycles.replay import TRACE_DIR_DEFAULT, import_root, write_replay
+from lifecycles.replay import TRACE_DIR_DEFAULT, write_replay
 from lifecycles.snapshot import (
     SNAPSHOT_DEFAULT,
     SnapshotSearch,
@@ -134,28 +131,14 @@ from lifecycles.snapshot import (
     write_snapshot,
 )
 
-# What other modules and replay files import from here, wherever it is defined now.
 __all__ = [
-    "CheckerError",
     "Outcome",
     "Target",
     "check_one",
-    "explorations_in",
-    "find_exploration",
-    "find_snapshot",
-    "import_failure",
-    "import_root",
-    "import_target",
-    "load_exploration",
-    "read_snapshot",
     "register",
-    "removed_statuses",
     "report_error",
     "run_check",
     "targets",
-    "where",
-    "write_replay",
-    "write_snapshot",
 ]
 
 AnyLifecycle = Lifecycle[Any, Any]

@@ -106,7 +106,7 @@ def write_interleaving_replay(directory: Path, spec: str, exploration: Explorati
         "there and passes once it is fixed; if the declarations changed since, it fails\n"
         'with TraceMismatch (re-run `lifecycles check`).\n"""\n\n'
         "import sys\n\n"
-        "from lifecycles.checker import load_exploration\n"
+        "from lifecycles.loading import load_exploration\n"
         "from lifecycles.machines.interleaving import replay_interleaving\n\n"
         f"SPEC = {spec!r}\n"
         f"IMPORT_ROOT = {import_root(spec)!r}\n"

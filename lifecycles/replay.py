@@ -62,7 +62,7 @@ def write_replay(directory: Path, spec: str, lifecycle: AnyLifecycle, violation:
         "there and passes once it is fixed; if the exploration inputs changed since, it\n"
         'fails with TraceMismatch (re-run `lifecycles check`).\n"""\n\n'
         "import sys\n\n"
-        "from lifecycles.checker import load_exploration\n"
+        "from lifecycles.loading import load_exploration\n"
         "from lifecycles.machines.exploration import replay\n\n"
         f"SPEC = {spec!r}\n"
         f"IMPORT_ROOT = {import_root(spec)!r}\n"

@@ -1,29 +1,163 @@
-"""How a lifecycle is declared and run, and the lifecycles this project ships."""
+"""How a lifecycle is declared, run and checked: the public names of lifecycles.machines."""
 
-from lifecycles.machines.core import (
-    DefinitionError,
-    Effect,
-    EffectContractError,
-    Guard,
-    Lease,
-    Lifecycle,
-    LifecycleError,
-    Row,
-    TransitionRefused,
-    effect,
-    guard,
-)
+# Not typing.TYPE_CHECKING: importing typing costs milliseconds nothing here needs.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from lifecycles.machines.audit import FiredBy
+    from lifecycles.machines.blocks import (
+        Backoff,
+        InputNames,
+        Leasing,
+        Retry,
+        WorkInputs,
+        named_in,
+        source_of,
+    )
+    from lifecycles.machines.core import (
+        Changes,
+        DefinitionError,
+        Effect,
+        EffectContractError,
+        Guard,
+        Lease,
+        Lifecycle,
+        LifecycleError,
+        Row,
+        TransitionRefused,
+        effect,
+        guard,
+    )
+    from lifecycles.machines.exploration import (
+        AcceptedCycle,
+        ExpectationBroken,
+        Exploration,
+        Move,
+        explore,
+        time_relation,
+        trigger_move,
+    )
+    from lifecycles.machines.interleaving import (
+        Work,
+        Workers,
+        explore_workers,
+    )
+    from lifecycles.machines.lease import LostRace
+    from lifecycles.machines.mutants import EquivalentMutant
+    from lifecycles.machines.symbolic import symbolic_row
+    from lifecycles.machines.work import (
+        Fire,
+        Handling,
+        Leave,
+        Outcome,
+        Permanent,
+        Step,
+        outcomes,
+    )
+
+# Each public name and the module that defines it. Nothing is imported until a name is
+# used, so importing the package stays cheap (no driver, no checker, no Hypothesis).
+_DEFINED_IN: dict[str, str] = {
+    "AcceptedCycle": "lifecycles.machines.exploration",
+    "Backoff": "lifecycles.machines.blocks",
+    "Changes": "lifecycles.machines.core",
+    "DefinitionError": "lifecycles.machines.core",
+    "Effect": "lifecycles.machines.core",
+    "EffectContractError": "lifecycles.machines.core",
+    "EquivalentMutant": "lifecycles.machines.mutants",
+    "ExpectationBroken": "lifecycles.machines.exploration",
+    "Exploration": "lifecycles.machines.exploration",
+    "Fire": "lifecycles.machines.work",
+    "FiredBy": "lifecycles.machines.audit",
+    "Guard": "lifecycles.machines.core",
+    "Handling": "lifecycles.machines.work",
+    "InputNames": "lifecycles.machines.blocks",
+    "Lease": "lifecycles.machines.core",
+    "Leasing": "lifecycles.machines.blocks",
+    "Leave": "lifecycles.machines.work",
+    "Lifecycle": "lifecycles.machines.core",
+    "LifecycleError": "lifecycles.machines.core",
+    "LostRace": "lifecycles.machines.lease",
+    "Move": "lifecycles.machines.exploration",
+    "Outcome": "lifecycles.machines.work",
+    "Permanent": "lifecycles.machines.work",
+    "Retry": "lifecycles.machines.blocks",
+    "Row": "lifecycles.machines.core",
+    "Step": "lifecycles.machines.work",
+    "TransitionRefused": "lifecycles.machines.core",
+    "Work": "lifecycles.machines.interleaving",
+    "WorkInputs": "lifecycles.machines.blocks",
+    "Workers": "lifecycles.machines.interleaving",
+    "effect": "lifecycles.machines.core",
+    "explore": "lifecycles.machines.exploration",
+    "explore_workers": "lifecycles.machines.interleaving",
+    "guard": "lifecycles.machines.core",
+    "named_in": "lifecycles.machines.blocks",
+    "outcomes": "lifecycles.machines.work",
+    "source_of": "lifecycles.machines.blocks",
+    "symbolic_row": "lifecycles.machines.symbolic",
+    "time_relation": "lifecycles.machines.exploration",
+    "trigger_move": "lifecycles.machines.exploration",
+}
 
 __all__ = [
+    "AcceptedCycle",
+    "Backoff",
+    "Changes",
     "DefinitionError",
     "Effect",
     "EffectContractError",
+    "EquivalentMutant",
+    "ExpectationBroken",
+    "Exploration",
+    "Fire",
+    "FiredBy",
     "Guard",
+    "Handling",
+    "InputNames",
     "Lease",
+    "Leasing",
+    "Leave",
     "Lifecycle",
     "LifecycleError",
+    "LostRace",
+    "Move",
+    "Outcome",
+    "Permanent",
+    "Retry",
     "Row",
+    "Step",
     "TransitionRefused",
+    "Work",
+    "WorkInputs",
+    "Workers",
     "effect",
+    "explore",
+    "explore_workers",
     "guard",
+    "named_in",
+    "outcomes",
+    "source_of",
+    "symbolic_row",
+    "time_relation",
+    "trigger_move",
 ]
+
+if not TYPE_CHECKING:  # mypy sees the imports above, not a catch-all __getattr__
+
+    def __getattr__(name: str) -> "Any":
+        """A public name, imported from the module that defines it on first use (PEP 562)."""
+        module = _DEFINED_IN.get(name)
+        if module is None:
+            # Not public here; `from PACKAGE import submodule` then imports the submodule.
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -14,9 +14,17 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import InvariantSet, invariant, step_invariant
-from lifecycles.machines.core import Changes, Lifecycle, effect, guard
-from lifecycles.machines.exploration import Exploration, trigger_move
+from lifecycles import (
+    Changes,
+    Exploration,
+    InvariantSet,
+    Lifecycle,
+    effect,
+    guard,
+    invariant,
+    step_invariant,
+    trigger_move,
+)
 
 CODE = "jobs."
 MAX_FAILURES = 2

@@ -22,10 +22,21 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import InvariantSet, invariant, step_invariant
-from lifecycles.machines.core import Changes, Lease, Lifecycle, effect, guard
-from lifecycles.machines.exploration import Exploration, time_relation, trigger_move
-from lifecycles.machines.interleaving import Work, Workers
+from lifecycles import (
+    Changes,
+    Exploration,
+    InvariantSet,
+    Lease,
+    Lifecycle,
+    Work,
+    Workers,
+    effect,
+    guard,
+    invariant,
+    step_invariant,
+    time_relation,
+    trigger_move,
+)
 
 CODE = "leased_jobs."
 MAX_FAILURES = 2

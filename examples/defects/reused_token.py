@@ -12,7 +12,7 @@ the second's. No state invariant can see it, the step invariant
 from __future__ import annotations
 
 from examples.defects._jobs import ENDINGS, Job, JobInputs, job_exploration, job_lifecycle
-from lifecycles.machines.core import Changes, effect
+from lifecycles import Changes, effect
 
 
 @effect("lease_token")

@@ -19,7 +19,7 @@ from examples.defects._jobs import (
     job_lifecycle,
     mint_lease,
 )
-from lifecycles.machines.core import guard
+from lifecycles import guard
 
 
 @guard(refusal_code="jobs.failures_spent")

@@ -27,19 +27,27 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import (
+from lifecycles import (
+    Backoff,
+    Changes,
+    Expr,
+    Fields,
+    FiredBy,
+    Handling,
     InvariantSet,
+    Leasing,
+    Lifecycle,
+    Retry,
+    WorkInputs,
+    effect,
     expressed,
     finite_time,
     integer_between,
     matches,
+    named_in,
     one_of,
+    outcomes,
 )
-from lifecycles.invariants.expressions import Expr, Fields
-from lifecycles.machines.audit import FiredBy
-from lifecycles.machines.blocks import Backoff, Leasing, Retry, WorkInputs, named_in
-from lifecycles.machines.core import Changes, Lifecycle, effect
-from lifecycles.machines.work import Handling, outcomes
 
 CODE = "refund."
 

@@ -32,18 +32,19 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from examples.refund.lifecycle import REFUND, Refund, RefundStatus, new_refund
-from lifecycles.machines.blocks import WorkInputs
-from lifecycles.machines.core import TransitionRefused
-from lifecycles.machines.exploration import (
+from lifecycles import (
     AcceptedCycle,
+    EquivalentMutant,
     ExpectationBroken,
     Exploration,
     Fire,
     Move,
+    TransitionRefused,
+    Work,
+    Workers,
+    WorkInputs,
     time_relation,
 )
-from lifecycles.machines.interleaving import Work, Workers
-from lifecycles.machines.mutants import EquivalentMutant
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy

@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 
-from lifecycles.machines.work import Permanent
+from lifecycles import Permanent
 
 LIMIT_CENTS = 1_000_000  # the provider declines larger refunds
 

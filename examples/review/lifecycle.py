@@ -23,18 +23,22 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import (
+from lifecycles import (
+    Changes,
     FieldRule,
+    FiredBy,
     InvariantSet,
+    Lease,
+    Lifecycle,
+    effect,
     finite_time,
+    guard,
     integer_between,
     invariant,
     matches,
     one_of,
     step_invariant,
 )
-from lifecycles.machines.audit import FiredBy
-from lifecycles.machines.core import Changes, Lease, Lifecycle, effect, guard
 
 CODE = "document_review."
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from examples.review.lifecycle import REVIEW, ReviewInputs, ReviewRecord, new_document
-from lifecycles.machines.exploration import Exploration, time_relation, trigger_move
+from lifecycles import Exploration, time_relation, trigger_move
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy

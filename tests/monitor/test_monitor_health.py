@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from support.monitor import CAPABILITIES, TABLE, pending_items, table_dump
 
-from lifecycles.checker import import_target
+from lifecycles.loading import import_target
 from lifecycles.monitor import DurableTerminalProcessingMonitor, StateInvalid, StorageBlocked
 from lifecycles.stores.sql_rules import BROKEN_ROWS_SHOWN
 from lifecycles.stores.sqlite import SQLiteStore

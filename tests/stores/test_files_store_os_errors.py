@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import gc
 import os
 import shutil
 from collections import Counter
@@ -289,6 +290,9 @@ def test_each_failing_os_call_leaves_as_a_store_error_and_loses_nothing(
             where = f"{name}: {os_call} call {nth} of {calls}"
             root = copy_of(template, tmp_path / f"{os_call}-{nth}")
             before_files = files_under(root)
+            # Garbage left by earlier tests (a SQLite connection held by a traceback's frames)
+            # is collected now, not mid-call, where its closed descriptor would look like ours.
+            gc.collect()
             descriptors = open_descriptors()
             plan = Plan(os_call, nth)
             raised: BaseException | None = None

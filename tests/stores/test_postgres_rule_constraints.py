@@ -21,10 +21,10 @@ from support.monitor import CAPABILITIES, answer, notification
 from support.postgres import Connect, connect_in, pg_connect, pg_schema, require_postgres
 from test_rules_in_sql import POSTGRES_ROWS, python_field_verdicts
 
-from lifecycles.checker import import_target
 from lifecycles.cli import main
 from lifecycles.invariants.core import InvariantViolation, build_record, field_rules
 from lifecycles.invariants.monitor import COLUMNS, STATE_INVALID, MonitorRecord
+from lifecycles.loading import import_target
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor import DurableTerminalProcessingMonitor, StateInvalid
 from lifecycles.monitor_schema import TABLE

@@ -13,16 +13,11 @@ from pathlib import Path
 import attrs
 import pytest
 
-from lifecycles.checker import (
-    Target,
-    check_one,
-    find_exploration,
-    load_exploration,
-    run_check,
-)
+from lifecycles.checker import Target, check_one, run_check
 from lifecycles.cli import main
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.invariants.monitor import MonitorRecord
+from lifecycles.loading import find_exploration, load_exploration
 from lifecycles.machines.exploration import TraceMismatch, explore, replay
 from lifecycles.machines.monitor import MONITOR, RESPONSE_INVALID
 from lifecycles.machines.monitor_inputs import EXPLORATION, abstraction

@@ -13,9 +13,10 @@ import pytest
 from support.postgres import connect_in, temporary_schema
 from support.stateful import on_memory_and_sqlite
 
-from lifecycles.checker import import_target, run_check
+from lifecycles.checker import run_check
 from lifecycles.diagrams import generate
 from lifecycles.invariants.core import InvariantViolation
+from lifecycles.loading import import_target
 from lifecycles.machines import lease
 from lifecycles.machines.blocks import WorkInputs
 from lifecycles.machines.core import TransitionRefused

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from support.stateful import on_memory_and_sqlite
 
-from lifecycles.checker import import_target, run_check
+from lifecycles.checker import run_check
 from lifecycles.diagrams import generate
+from lifecycles.loading import import_target
 from lifecycles.machines.core import TransitionRefused
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ PLANTED_SUITE = f'''
 
 import attrs
 
-from lifecycles.checker import import_target
+from lifecycles.loading import import_target
 from lifecycles.machines.core import Changes, Lifecycle, effect
 from lifecycles.stores.memory import MemoryStore
 from lifecycles.testing import build_state_machine

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from lifecycles.checker import load_exploration
 from lifecycles.invariants.monitor import MonitorRecord
+from lifecycles.loading import load_exploration
 from lifecycles.machines.core import Row
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor_inputs import EXPLORATION
