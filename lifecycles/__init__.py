@@ -78,7 +78,14 @@ if TYPE_CHECKING:
         Workers,
         explore_workers,
     )
-    from lifecycles.machines.lease import LostRace
+    from lifecycles.machines.lease import (
+        LeaseDefaults,
+        LeasingStore,
+        LostRace,
+        NotLeasable,
+        due_in_order,
+        expired_among,
+    )
     from lifecycles.machines.liveness import liveness
     from lifecycles.machines.mutants import EquivalentMutant
     from lifecycles.machines.symbolic import symbolic_row
@@ -143,7 +150,12 @@ _DEFINED_IN: dict[str, str] = {
     "Leave": "lifecycles.machines.work",
     "Lifecycle": "lifecycles.machines.core",
     "LifecycleError": "lifecycles.machines.core",
+    "LeaseDefaults": "lifecycles.machines.lease",
+    "LeasingStore": "lifecycles.machines.lease",
     "LostRace": "lifecycles.machines.lease",
+    "NotLeasable": "lifecycles.machines.lease",
+    "due_in_order": "lifecycles.machines.lease",
+    "expired_among": "lifecycles.machines.lease",
     "MemoryStore": "lifecycles.stores.memory",
     "Move": "lifecycles.machines.exploration",
     "Outcome": "lifecycles.machines.work",
@@ -214,13 +226,16 @@ __all__ = [
     "InvariantSet",
     "InvariantViolation",
     "Lease",
+    "LeaseDefaults",
     "Leasing",
+    "LeasingStore",
     "Leave",
     "Lifecycle",
     "LifecycleError",
     "LostRace",
     "MemoryStore",
     "Move",
+    "NotLeasable",
     "Outcome",
     "Permanent",
     "PostgresStore",
@@ -243,7 +258,9 @@ __all__ = [
     "Workers",
     "__version__",
     "build_record",
+    "due_in_order",
     "effect",
+    "expired_among",
     "explore",
     "explore_workers",
     "expressed",

@@ -43,7 +43,14 @@ if TYPE_CHECKING:
         Workers,
         explore_workers,
     )
-    from lifecycles.machines.lease import LostRace
+    from lifecycles.machines.lease import (
+        LeaseDefaults,
+        LeasingStore,
+        LostRace,
+        NotLeasable,
+        due_in_order,
+        expired_among,
+    )
     from lifecycles.machines.mutants import EquivalentMutant
     from lifecycles.machines.symbolic import symbolic_row
     from lifecycles.machines.work import (
@@ -78,7 +85,12 @@ _DEFINED_IN: dict[str, str] = {
     "Leave": "lifecycles.machines.work",
     "Lifecycle": "lifecycles.machines.core",
     "LifecycleError": "lifecycles.machines.core",
+    "LeaseDefaults": "lifecycles.machines.lease",
+    "LeasingStore": "lifecycles.machines.lease",
     "LostRace": "lifecycles.machines.lease",
+    "NotLeasable": "lifecycles.machines.lease",
+    "due_in_order": "lifecycles.machines.lease",
+    "expired_among": "lifecycles.machines.lease",
     "Move": "lifecycles.machines.exploration",
     "Outcome": "lifecycles.machines.work",
     "Permanent": "lifecycles.machines.work",
@@ -117,12 +129,15 @@ __all__ = [
     "Handling",
     "InputNames",
     "Lease",
+    "LeaseDefaults",
     "Leasing",
+    "LeasingStore",
     "Leave",
     "Lifecycle",
     "LifecycleError",
     "LostRace",
     "Move",
+    "NotLeasable",
     "Outcome",
     "Permanent",
     "Retry",
@@ -132,7 +147,9 @@ __all__ = [
     "Work",
     "WorkInputs",
     "Workers",
+    "due_in_order",
     "effect",
+    "expired_among",
     "explore",
     "explore_workers",
     "guard",

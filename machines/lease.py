@@ -271,7 +271,7 @@ def due_in_order(
     return sorted(due, key=lambda record: claim_order(lifecycle, record))[:limit]
 
 
-def expired(lifecycle: Lifecycle[R, Any], records: Iterable[R], now: float) -> list[R]:
+def expired_among(lifecycle: Lifecycle[R, Any], records: Iterable[R], now: float) -> list[R]:
     """What ``expired_leases`` answers, over records in hand."""
     return [record for record in records if is_expired(lifecycle, record, now)]
 

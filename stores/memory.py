@@ -83,14 +83,14 @@ class MemoryStore(Store[R]):
     def glance(self, now: float) -> lease.Glance[R]:
         with self.transaction():
             return lease.Glance(
-                bool(lease.expired(self.lifecycle, self._records.values(), now)),
+                bool(lease.expired_among(self.lifecycle, self._records.values(), now)),
                 self.next_due(now),
             )
 
     def expired_leases(self, now: float) -> list[R]:
         return [
             self.lifecycle.check(record)
-            for record in lease.expired(self.lifecycle, self._records.values(), now)
+            for record in lease.expired_among(self.lifecycle, self._records.values(), now)
         ]
 
     def count_by_status(self) -> dict[str, int]:

@@ -74,7 +74,7 @@ class DictStore(Store[R]):
         return lease.due_in_order(self.lifecycle, self.records.values(), now, limit, exclude)
 
     def expired_leases(self, now: float) -> list[R]:
-        return lease.expired(self.lifecycle, self.records.values(), now)
+        return lease.expired_among(self.lifecycle, self.records.values(), now)
 
 
 def inputs(now: float, worker: str, token: str, seconds: float = 5.0) -> TaskInputs:

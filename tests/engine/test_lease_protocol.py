@@ -77,7 +77,7 @@ class Answers:
     def glance(self, now: float) -> lease.Glance[Any] | None:
         if not self.glancing:
             return None
-        expired = bool(lease.expired(MONITOR, self.records.values(), now))
+        expired = bool(lease.expired_among(MONITOR, self.records.values(), now))
         return lease.Glance(expired, lease.first_due(MONITOR, self.records.values(), now))
 
     def check_schema(self) -> None:
@@ -88,7 +88,7 @@ class Answers:
         return lease.due_in_order(MONITOR, self.records.values(), now, limit, exclude)
 
     def expired_leases(self, now: float) -> list[Any]:
-        return lease.expired(MONITOR, self.records.values(), now)
+        return lease.expired_among(MONITOR, self.records.values(), now)
 
     def put(self, before: Any, after: Any, row: Row) -> None:
         if not self._depth and self.races:

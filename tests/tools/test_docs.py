@@ -206,15 +206,6 @@ APP_MODULES = ("lifecycles.monitor", "lifecycles.outbox", "lifecycles.testing",
                "lifecycles.cli", "lifecycles.diagrams", "lifecycles.observe")
 # A driver's module, for its `connect` alone (each takes that driver's own options).
 DRIVER_NAMES = {"lifecycles.stores.sqlite": {"connect"}, "lifecycles.stores.postgres": {"connect"}}
-# docs/extending.md section 6 (a store) is being rewritten on another branch; its imports
-# move to the public names when it lands. Each entry must still be there (else remove it).
-AWAITING_SECTION_6 = {
-    ("docs/extending.md", "lifecycles.stores.files", "FilesStore"),
-    ("docs/extending.md", "lifecycles.stores.memory", "MemoryStore"),
-    ("docs/extending.md", "lifecycles.stores.sqlite", "SQLiteStore"),
-}
-
-
 def exported(package: str) -> set[str]:
     return set(importlib.import_module(package).__all__)
 
@@ -257,10 +248,7 @@ def import_sources() -> list[tuple[str, str, int]]:
 def test_the_documents_and_examples_import_only_public_names() -> None:
     found = [(where, module, name) for path, code, line in import_sources()
              for where, module, name in private_imports(path, code, line)]
-    awaiting = {(where.split(":")[0], module, name) for where, module, name in found}
-    assert awaiting >= AWAITING_SECTION_6, "an awaited import was fixed: drop it from the list"
-    unexpected = [f"{where}: from {module} import {name}" for where, module, name in found
-                  if (where.split(":")[0], module, name) not in AWAITING_SECTION_6]
+    unexpected = [f"{where}: from {module} import {name}" for where, module, name in found]
     assert not unexpected, ("import these from lifecycles (or lifecycles.machines, "
                             ".invariants, .stores) instead:\n" + "\n".join(unexpected))
 

@@ -25,9 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 MACHINES = [
     "AcceptedCycle", "Backoff", "Changes", "DefinitionError", "Effect", "EffectContractError",
     "EquivalentMutant", "ExpectationBroken", "Exploration", "Fire", "FiredBy", "Guard",
-    "Handling", "InputNames", "Lease", "Leasing", "Leave", "Lifecycle", "LifecycleError",
-    "LostRace", "Move", "Outcome", "Permanent", "Retry", "Row", "Step", "TransitionRefused",
-    "Work", "WorkInputs", "Workers", "effect", "explore", "explore_workers", "guard",
+    "Handling", "InputNames", "Lease", "LeaseDefaults", "Leasing", "LeasingStore", "Leave",
+    "Lifecycle", "LifecycleError", "LostRace", "Move", "NotLeasable", "Outcome", "Permanent",
+    "Retry", "Row", "Step", "TransitionRefused", "Work", "WorkInputs", "Workers",
+    "due_in_order", "effect", "expired_among", "explore", "explore_workers", "guard",
     "named_in", "outcomes", "source_of", "symbolic_row", "time_relation", "trigger_move",
 ]
 INVARIANTS = [
