@@ -17,6 +17,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from support.tasks import TASKS, new_task
@@ -147,3 +148,58 @@ def test_until_idle_drains_and_returns(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert final_counts(database) == Counter({"succeeded": 20})
     assert "stopped; 20 succeeded" in result.stderr
+
+
+class DeadOnArrival:
+    """A stand-in process that died of SIGKILL as soon as it started (the crash under test)."""
+
+    started: ClassVar[list[int]] = []
+
+    def __init__(self, target: object, args: tuple[object, int], name: str) -> None:
+        self.index = args[1]
+        self.pid: int | None = None
+        self.exitcode: int | None = None
+
+    def start(self) -> None:
+        DeadOnArrival.started.append(self.index)
+        self.exitcode = -signal.SIGKILL
+
+    def is_alive(self) -> bool:
+        return False
+
+
+def test_a_stop_while_a_dead_process_waits_to_be_started_again_is_a_clean_stop(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found in a bare clone's run: SIGTERM during the restart delay made the supervisor exit
+    1, the crash it had already reported counted again as a failure of the stop."""
+    import argparse
+    import multiprocessing
+    import threading
+
+    from lifecycles import cli_worker
+
+    class Context:
+        Process = DeadOnArrival
+
+    DeadOnArrival.started = []
+    monkeypatch.setattr(multiprocessing, "get_context", lambda method: Context())
+    # A SIGTERM before the supervisor's handler is in place must not end pytest: swallow it,
+    # and send it again until the supervisor has returned.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    returned = threading.Event()
+
+    def stop_it() -> None:
+        while not returned.wait(0.3):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    sender = threading.Thread(target=stop_it)
+    sender.start()
+    try:
+        code = cli_worker._supervise(argparse.Namespace(processes=1))
+    finally:
+        returned.set()
+        sender.join()
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 0
+    assert DeadOnArrival.started == [0]  # never started again once the stop came
+    assert "process 1 died (-9); starting it again in 1 s" in capsys.readouterr().err
