@@ -53,19 +53,6 @@ __all__ = [
 ]
 
 if not TYPE_CHECKING:  # mypy sees the imports above, not a catch-all __getattr__
+    from lifecycles._exports import lazy_exports
 
-    def __getattr__(name: str) -> "Any":
-        """A public name, imported from the module that defines it on first use (PEP 562)."""
-        module = _DEFINED_IN.get(name)
-        if module is None:
-            # Not public here; `from PACKAGE import submodule` then imports the submodule.
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        import importlib
-
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = lazy_exports(__name__, _DEFINED_IN, globals(), __all__)
