@@ -21,8 +21,6 @@ if not (_here / "machines").is_dir() and (_here.parent / "machines" / "core.py")
 # Not typing.TYPE_CHECKING: importing typing costs milliseconds nothing here needs.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from lifecycles.invariants.core import (
         FieldRule,
         FieldRuleViolation,

@@ -4,8 +4,13 @@ Each package lists its public names and the module defining each; a name is impo
 first use, so importing a package loads no engine, store or driver.
 """
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from __future__ import annotations
+
+# Not typing.TYPE_CHECKING: the faces import this module, and typing costs milliseconds.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 
 def lazy_exports(package: str, defined_in: Mapping[str, str], namespace: dict[str, Any],

@@ -3,8 +3,6 @@
 # Not typing.TYPE_CHECKING: importing typing costs milliseconds nothing here needs.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from lifecycles.machines.audit import FiredBy
     from lifecycles.machines.blocks import (
         Backoff,
