@@ -56,10 +56,9 @@ def _prefixes(paths: Iterable[str | Path]) -> tuple[str, ...]:
 
 
 def _own_directories() -> set[Path]:
-    """Where lifecycles' code runs from: its subpackages are mapped from top-level
-    folders, and a strict editable install links each file from elsewhere."""
+    """Where lifecycles' code runs from: its subpackages are links to top-level folders
+    (resolved by _prefixes), and an installed copy may link each file from elsewhere."""
     packages = (lifecycles, lifecycles.machines, lifecycles.stores, lifecycles.invariants)
-    # Not __path__: lifecycles' own may hold a whole checkout root (see its __init__).
     folders = {Path(package.__file__ or "").parent for package in packages}
     return folders | {file.resolve().parent for folder in folders for file in folder.glob("*.py")}
 
