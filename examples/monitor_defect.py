@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import attrs
 
-from lifecycles.machines.monitor import (
+from lifecycles.machines.monitor.table import (
     RESPONSE_INVALID,
     FireMonitor,
     MonitorInputs,
@@ -22,7 +22,7 @@ from lifecycles.machines.monitor import (
     ReceiverAnswer,
     trigger_for_answer,
 )
-from lifecycles.machines.monitor_inputs import monitor_exploration
+from lifecycles.machines.monitor.inputs import monitor_exploration
 
 
 def accept_answer_as_is(record: MonitorRecord, answer: ReceiverAnswer | None,

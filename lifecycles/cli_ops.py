@@ -347,11 +347,11 @@ def _reading_schema(lifecycle: AnyLifecycle, connection: Any) -> Any:
     """The schema of the lifecycle's table, which opening only verifies: the table, its
     indexes, the monitor's meta row are never created (the monitor's binding is the
     capabilities the database holds)."""
-    from lifecycles.machines.monitor import MONITOR
+    from lifecycles.machines.monitor.table import MONITOR
     from lifecycles.stores.sql import SQLSchema
 
     if lifecycle is MONITOR:
-        from lifecycles.monitor_schema import META, MonitorSchema
+        from lifecycles.monitor.schema import META, MonitorSchema
 
         rows = query(connection, f"SELECT expected_capabilities_sha256 FROM {META}") if (
             table_exists(connection, META)) else []
@@ -397,11 +397,11 @@ def _reading_store(lifecycle: AnyLifecycle, connection: Any) -> Any:
 def files_layout(lifecycle: AnyLifecycle) -> Any:
     """The layout the lifecycle's files store keeps (the outbox's own, else one
     directory per status)."""
-    from lifecycles.machines.outbox import OUTBOX
+    from lifecycles.machines.outbox.table import OUTBOX
     from lifecycles.stores.files import FilesLayout
 
     if lifecycle is OUTBOX:
-        from lifecycles.outbox import OUTBOX_LAYOUT
+        from lifecycles.outbox.facade import OUTBOX_LAYOUT
 
         return OUTBOX_LAYOUT
     return FilesLayout.for_lifecycle(lifecycle)

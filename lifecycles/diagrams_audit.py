@@ -25,8 +25,8 @@ D = TypeVar("D", FiredBy, PublicErrors, RecordedCodes)
 # Where a shipped lifecycle's public errors are declared: its facade, which the table's
 # module cannot import (each facade imports its table).
 FACADES: Mapping[str, tuple[str, ...]] = {
-    "lifecycles.machines.monitor": ("lifecycles.monitor_errors",),
-    "lifecycles.machines.outbox": ("lifecycles.outbox",),
+    "lifecycles.machines.monitor.table": ("lifecycles.monitor.errors",),
+    "lifecycles.machines.outbox.table": ("lifecycles.outbox",),
 }
 
 

@@ -25,12 +25,12 @@ import attrs
 
 from lifecycles.diagrams_pictures import mermaid
 from lifecycles.invariants.core import field_rules
-from lifecycles.invariants.monitor import MonitorRecord
-from lifecycles.invariants.outbox import OutboxRecord, intent_digest
+from lifecycles.invariants.monitor.record import MonitorRecord
+from lifecycles.invariants.outbox.record import OutboxRecord, intent_digest
 from lifecycles.loading import CheckerError, at, declared_exploration, one_line, where
 from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
-from lifecycles.machines.monitor import MonitorInputs
-from lifecycles.machines.outbox import CONFLICT_REASON, OutboxInputs, delivery_outcome
+from lifecycles.machines.monitor.table import MonitorInputs
+from lifecycles.machines.outbox.table import CONFLICT_REASON, OutboxInputs, delivery_outcome
 
 AnyLifecycle = Lifecycle[Any, Any]
 
@@ -436,8 +436,8 @@ def inputs_now_for(lifecycle: AnyLifecycle, now: float) -> InputsNow:
     """The inputs assumed at ``now`` (UNIX seconds): the shipped lifecycles' facades' own
     (:func:`monitor_inputs_now`, :func:`outbox_inputs_now`), else
     :func:`lifecycle_inputs_now`."""
-    from lifecycles.machines.monitor import MONITOR
-    from lifecycles.machines.outbox import OUTBOX
+    from lifecycles.machines.monitor.table import MONITOR
+    from lifecycles.machines.outbox.table import OUTBOX
 
     if lifecycle is MONITOR:
         return monitor_inputs_now(now)
@@ -449,7 +449,7 @@ def inputs_now_for(lifecycle: AnyLifecycle, now: float) -> InputsNow:
 def shown_now(lifecycle: AnyLifecycle, now: float) -> str:
     """``now`` as the lifecycle's records write times: an ISO timestamp for the outbox,
     UNIX seconds for every other."""
-    from lifecycles.machines.outbox import OUTBOX, iso_timestamp
+    from lifecycles.machines.outbox.table import OUTBOX, iso_timestamp
 
     if lifecycle is OUTBOX:
         from datetime import UTC, datetime

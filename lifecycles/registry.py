@@ -21,8 +21,8 @@ def registered() -> dict[str, Lifecycle[Any, Any]]:
     ``check`` and ``diagrams`` report as they report a ``--module`` of the user's.
     """
     try:
-        from lifecycles.machines.monitor import MONITOR
-        from lifecycles.machines.outbox import OUTBOX
+        from lifecycles.machines.monitor.table import MONITOR
+        from lifecycles.machines.outbox.table import OUTBOX
     except DefinitionError as error:
         from lifecycles.loading import import_failure  # loading imports this module
 

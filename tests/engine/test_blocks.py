@@ -36,7 +36,7 @@ from lifecycles.machines.blocks import (
     source_of,
 )
 from lifecycles.machines.core import DefinitionError, Guard, Lifecycle, TransitionRefused
-from lifecycles.machines.monitor import RetryPolicy, retry_delay
+from lifecycles.machines.monitor.table import RetryPolicy, retry_delay
 from lifecycles.machines.symbolic import symbolic_row
 from lifecycles.stores.sqlite import SQLiteStore
 

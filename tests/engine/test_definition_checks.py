@@ -27,7 +27,7 @@ from lifecycles.machines.core import (
     effect,
     guard,
 )
-from lifecycles.machines.monitor import MONITOR
+from lifecycles.machines.monitor.table import MONITOR
 
 
 class Job(StrEnum):

@@ -19,7 +19,7 @@ from support.monitor import T0, TOKEN, WORKER, held, registered
 from transitions import Machine
 
 from lifecycles.invariants.core import InvariantSet, InvariantViolation, invariant
-from lifecycles.invariants.monitor import STATE_INVALID, MonitorRecord, MonitorStatus
+from lifecycles.invariants.monitor.record import STATE_INVALID, MonitorRecord, MonitorStatus
 from lifecycles.machines import core
 from lifecycles.machines.core import (
     Changes,
@@ -29,7 +29,7 @@ from lifecycles.machines.core import (
     effect,
     guard,
 )
-from lifecycles.machines.monitor import (
+from lifecycles.machines.monitor.table import (
     MONITOR,
     TABLE,
     MonitorInputs,

@@ -12,8 +12,8 @@ import attrs
 
 from lifecycles.machines.exploration import AcceptedCycle, Graph, explore
 from lifecycles.machines.liveness import liveness
-from lifecycles.machines.monitor_inputs import EXPLORATION as MONITOR_EXPLORATION
-from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX_EXPLORATION
+from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
+from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION
 
 
 def graph(final: list[bool], edges: dict[int, list[tuple[int, str, bool]]]) -> Graph:
@@ -86,7 +86,7 @@ def test_every_edge_of_the_graph_is_kept() -> None:
 
 def test_the_auditor_page_shows_the_bounds_and_the_accepted_cycles() -> None:
     from lifecycles.diagrams_page import page
-    from lifecycles.machines.monitor import MONITOR
+    from lifecycles.machines.monitor.table import MONITOR
 
     text = page(MONITOR, "", svg_name="m.svg", dot_name="m.dot", mermaid_name="m.mmd")
     assert f"within these bounds: {MONITOR_EXPLORATION.bounds}" in text

@@ -7,7 +7,7 @@ import gc
 
 from lifecycles.machines import exploration
 from lifecycles.machines.exploration import YOUNG_OBJECTS, explore
-from lifecycles.machines.monitor_inputs import monitor_exploration
+from lifecycles.machines.monitor.inputs import monitor_exploration
 
 
 def test_the_threshold_is_raised_during_a_search_and_restored_after() -> None:

@@ -19,14 +19,14 @@ import pytest
 
 from lifecycles.diagrams_page import page
 from lifecycles.invariants.core import InvariantSet, StepViolation, step_invariant
-from lifecycles.invariants.monitor import MonitorRecord, MonitorStatus
-from lifecycles.invariants.outbox import OutboxRecord
+from lifecycles.invariants.monitor.record import MonitorRecord, MonitorStatus
+from lifecycles.invariants.outbox.record import OutboxRecord
 from lifecycles.machines.core import Changes, Lifecycle, effect
 from lifecycles.machines.exploration import Exploration, explore, trigger_move
-from lifecycles.machines.monitor import MONITOR, MonitorInputs
-from lifecycles.machines.monitor_inputs import EXPLORATION as MONITOR_EXPLORATION
-from lifecycles.machines.outbox import OUTBOX, OutboxInputs
-from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX_EXPLORATION
+from lifecycles.machines.monitor.table import MONITOR, MonitorInputs
+from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
+from lifecycles.machines.outbox.table import OUTBOX, OutboxInputs
+from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION
 from lifecycles.machines.work import Step
 from lifecycles.stores.memory import MemoryStore
 from lifecycles.stores.sqlite import SQLiteStore
@@ -247,8 +247,8 @@ def test_each_new_outbox_step_rule_can_fail() -> None:
 
 
 def test_every_answer_the_monitor_exploration_feeds_declares_where_it_ends() -> None:
-    from lifecycles.machines.monitor_inputs import ANSWER_ENDS
-    from lifecycles.machines.monitor_responses import responses
+    from lifecycles.machines.monitor.inputs import ANSWER_ENDS
+    from lifecycles.machines.monitor.responses import responses
 
     record = monitor_record(MonitorStatus.LEASED)
     labels = [label for label, _ in responses(record)]

@@ -24,8 +24,8 @@ import pytest
 from support.monitor import CAPABILITIES, ReaderError, answer, notification, table_dump
 
 import lifecycles.monitor as ours
-from lifecycles.invariants.monitor import MonitorStatus
-from lifecycles.machines.monitor import (
+from lifecycles.invariants.monitor.record import MonitorStatus
+from lifecycles.machines.monitor.table import (
     AnswerRefused,
     MonitorInputs,
     ReceiverAnswer,
@@ -34,7 +34,7 @@ from lifecycles.machines.monitor import (
     reader_error_code,
     retry_delay,
 )
-from lifecycles.monitor_values import status_of
+from lifecycles.monitor.values import status_of
 
 CODE = "terminal_processing_monitor."
 BOTH = pytest.mark.parametrize("module", ["reference", "lifecycles"])

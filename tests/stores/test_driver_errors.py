@@ -31,8 +31,8 @@ from support.store_operations import (
     record,
 )
 
-from lifecycles.machines.monitor import MONITOR
-from lifecycles.monitor import DatabaseUnreachable, DurableTerminalProcessingMonitor
+from lifecycles.machines.monitor.table import MONITOR
+from lifecycles.monitor.facade import DatabaseUnreachable, DurableTerminalProcessingMonitor
 from lifecycles.stores.base import StoreUnavailable
 from lifecycles.stores.sqlite import SQLiteStore, connect
 

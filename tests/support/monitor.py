@@ -11,9 +11,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from lifecycles.invariants.monitor import MonitorRecord
-from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
-from lifecycles.testing.monitor import ReaderError as PublicReaderError
+from lifecycles.invariants.monitor.record import MonitorRecord
+from lifecycles.machines.monitor.table import MONITOR, MonitorInputs, new_record
+from lifecycles.monitor.strategies import ReaderError as PublicReaderError
 
 CAPABILITIES = "c" * 64
 NOTIFICATION_SCHEMA = "blun.cms-source-terminal-notification.v1"
@@ -74,7 +74,7 @@ def answer(event_id: str, site_id: str, kind: str, **overrides: Any) -> dict[str
 
 
 class ReaderError(PublicReaderError):
-    """What a CMS client raises: the public fake (:class:`lifecycles.testing.monitor.ReaderError`),
+    """What a CMS client raises: the public fake (:class:`lifecycles.monitor.strategies.ReaderError`),
     called as these tests call it: a code, whether the failure is retryable, and whether
     it is a CMS notification failure (by default it is)."""
 
@@ -85,7 +85,7 @@ class ReaderError(PublicReaderError):
 def three_items(path: Path) -> Any:
     """A monitor database at ``path`` with e0, e1, e2 registered at 10 and e0 succeeded
     at 20 (the CLI tests' fixture); returns the monitor, still open."""
-    from lifecycles.monitor import DurableTerminalProcessingMonitor
+    from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 
     monitor = DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
     for index in range(3):
@@ -97,7 +97,7 @@ def three_items(path: Path) -> Any:
 def pending_items(path: Path, items: int) -> Any:
     """A monitor database at ``path`` with ``items`` pending items registered at 10,
     event ids e00, e01... (notification ids n00...); returns the monitor, still open."""
-    from lifecycles.monitor import DurableTerminalProcessingMonitor
+    from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 
     monitor = DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
     for index in range(items):
@@ -176,7 +176,7 @@ RETRY_WAIT = MONITOR.fire(
 
 def records_in_every_status() -> list[MonitorRecord]:
     """One valid record in each monitor status, made by real transitions from ``LEASED``."""
-    from lifecycles.machines.monitor import ReceiverAnswer, ReceiverStatus
+    from lifecycles.machines.monitor.table import ReceiverAnswer, ReceiverStatus
 
     def answered(kind: ReceiverStatus, **changes: Any) -> MonitorInputs:
         values: dict[str, Any] = {

@@ -123,7 +123,7 @@ class Target:
 
 
 def monitor_on(connection: Any) -> Any:
-    from lifecycles.monitor import DurableTerminalProcessingMonitor
+    from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 
     return DurableTerminalProcessingMonitor(connection, CAPABILITIES, **TIMING)
 
@@ -145,7 +145,7 @@ def audited(monitor: Any, target: Target) -> Any:
 
 def prepare(target: Target, items: int, max_failures: int = 5) -> None:
     """The monitor's schema, the audit trail, and ``items`` registered items."""
-    from lifecycles.machines.monitor import MONITOR, new_record
+    from lifecycles.machines.monitor.table import MONITOR, new_record
 
     connection = target.connect()
     monitor = monitor_on(connection)
@@ -215,7 +215,7 @@ def receiver(worker: str, lease_seconds: float, slow: float, seed: int) -> tuple
 
 def work(target: Target, worker: str, journal: Journal, lease_seconds: float, slow: float,
          deadline: float) -> None:
-    from lifecycles.monitor import LeaseLost
+    from lifecycles.monitor.facade import LeaseLost
 
     monitor = audited(monitor_on(target.connect()), target)
     read, last = receiver(worker, lease_seconds, slow, zlib.crc32(worker.encode()))

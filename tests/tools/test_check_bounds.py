@@ -18,7 +18,7 @@ import pytest
 
 from lifecycles.checker import EXIT_OK, EXIT_UNAVAILABLE, run_check
 from lifecycles.machines.exploration import explore
-from lifecycles.machines.monitor_inputs import EXPLORATION
+from lifecycles.machines.monitor.inputs import EXPLORATION
 
 
 def check(*bounds: str, names: tuple[str, ...] = ("monitor",), workers: int | None = None,
@@ -102,7 +102,7 @@ def test_a_declared_bound_without_a_rebound_is_refused() -> None:
 
     from lifecycles.checker import Target, rebound
     from lifecycles.loading import CheckerError
-    from lifecycles.machines.monitor import MONITOR
+    from lifecycles.machines.monitor.table import MONITOR
 
     stuck = attrs.evolve(EXPLORATION, rebound=None)
     with pytest.raises(CheckerError) as refused:

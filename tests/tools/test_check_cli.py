@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lifecycles.cli import COMMAND_MODULES, build_parser, main
-from lifecycles.machines.outbox import OUTBOX
+from lifecycles.machines.outbox.table import OUTBOX
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests" / "tools"
@@ -149,7 +149,7 @@ SWAP_SHIPPED = """\
 import importlib.abc, importlib.util, sys
 from pathlib import Path
 
-NAME = "lifecycles.machines.monitor"
+NAME = "lifecycles.machines.monitor.table"
 SHIPPED = importlib.util.find_spec(NAME).origin
 SOURCE = Path(sys.argv[1]).read_text()
 
@@ -183,7 +183,7 @@ def with_shipped_monitor(tmp_path: Path, source: str, *args: str
 
 
 def test_an_invalid_shipped_declaration_exits_2_naming_its_line(tmp_path: Path) -> None:
-    import lifecycles.machines.monitor as shipped_module
+    import lifecycles.machines.monitor.table as shipped_module
 
     shipped = Path(shipped_module.__file__ or "").resolve()
     source = shipped.read_text()
@@ -232,8 +232,8 @@ def test_a_shipped_module_that_raises_otherwise_is_a_bug_and_leaves_the_others_w
         assert done.returncode == 70, done.stderr
         assert done.stderr.startswith("lifecycles: unexpected error (RuntimeError: edited)")
     (tmp_path / "own_lifecycle.py").write_text(
-        "from lifecycles.machines.outbox import OUTBOX\n"
-        "from lifecycles.machines.outbox_inputs import EXPLORATION\n")
+        "from lifecycles.machines.outbox.table import OUTBOX\n"
+        "from lifecycles.machines.outbox.inputs import EXPLORATION\n")
     done = with_shipped_monitor(tmp_path, edited, "check", "--module", "own_lifecycle.py")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "checked 1 lifecycles" in done.stdout

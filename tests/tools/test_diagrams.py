@@ -31,7 +31,7 @@ from lifecycles.diagrams_page import markdown, page
 from lifecycles.diagrams_pictures import find_graphviz, mermaid, mermaid_engine_can_draw
 from lifecycles.invariants.core import InvariantSet, field_rules
 from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.monitor import MONITOR
+from lifecycles.machines.monitor.table import MONITOR
 from lifecycles.registry import registered
 
 AnyLifecycle = Lifecycle[Any, Any]

@@ -528,7 +528,7 @@ def test_the_monitor_through_the_generic_commands_agrees_with_its_own(
 
 def test_the_outbox_through_the_generic_commands(capsys: pytest.CaptureFixture[str],
                                                  tmp_path: Path) -> None:
-    from lifecycles.outbox import CloseOutbox, CloseRequest
+    from lifecycles.outbox.facade import CloseOutbox, CloseRequest
 
     outbox = CloseOutbox(state_dir=tmp_path)
     outbox.enqueue(CloseRequest("run-1", "tx", "complete", {"i": 1}))

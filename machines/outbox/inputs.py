@@ -16,14 +16,14 @@ presence (no guard or invariant compares times). Without the cap, attempt /
 fail_delivery would loop forever.
 
 The generated tests' Hypothesis strategies are test code, in
-:mod:`lifecycles.testing.outbox`, named here and imported only when a test draws.
+:mod:`lifecycles.outbox.strategies`, named here and imported only when a test draws.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 
-from lifecycles.invariants.outbox import (
+from lifecycles.invariants.outbox.record import (
     OUTBOX_VERSION,
     OutboxRecord,
     OutboxStatus,
@@ -41,7 +41,7 @@ from lifecycles.machines.exploration import (
     trigger_move,
 )
 from lifecycles.machines.mutants import EquivalentMutant
-from lifecycles.machines.outbox import OUTBOX, OutboxInputs
+from lifecycles.machines.outbox.table import OUTBOX, OutboxInputs
 
 ENQUEUED_AT = "2026-01-01T00:00:00+00:00"
 LATER = "2026-01-01T00:05:00+00:00"
@@ -119,7 +119,7 @@ def _describe(r: OutboxRecord, i: OutboxInputs) -> str:
     return ", ".join(parts) or "no inputs"
 
 
-STRATEGIES = "lifecycles.testing.outbox"
+STRATEGIES = "lifecycles.outbox.strategies"
 """Where the generated tests' strategies live (test code, imported only when drawn)."""
 
 

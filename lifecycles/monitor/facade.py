@@ -3,7 +3,7 @@
 Same names, signatures, returned fields, exception type and ``code`` strings, and
 the same SQLite schema, so a database written by either opens and continues in the
 other. Underneath, every status change is a row of the monitor's transition table
-(``lifecycles.machines.monitor``), every record is checked against named
+(``lifecycles.machines.monitor.table``), every record is checked against named
 invariants on read and before write, and writes are compare-and-set.
 
 One deliberate difference, the reference's known defect, is fixed: a receiver
@@ -42,10 +42,10 @@ from lifecycles.invariants.core import (
     FieldRuleViolation,
     canonical_json,
 )
-from lifecycles.invariants.monitor import (
+from lifecycles.invariants.monitor.record import (
     TERMINAL_STATUSES as _TERMINAL_STATUSES,
 )
-from lifecycles.invariants.monitor import (
+from lifecycles.invariants.monitor.record import (
     MonitorRecord,
     MonitorStatus,
     ReceiverStatus,
@@ -58,12 +58,12 @@ from lifecycles.invariants.monitor import (
     time,
     worker_id_rule,
 )
-from lifecycles.invariants.monitor_messages import (
+from lifecycles.invariants.monitor.messages import (
     NOTIFICATION_FIELDS,
     NOTIFICATION_SCHEMA,
     notification_rules_broken,
 )
-from lifecycles.machines.monitor import (
+from lifecycles.machines.monitor.table import (
     CODE,
     MONITOR,
     STATUS_SCHEMA,
@@ -76,7 +76,7 @@ from lifecycles.machines.monitor import (
     read_answer,
 )
 from lifecycles.machines.work import Leave, Raised, Result, Step
-from lifecycles.monitor_errors import (
+from lifecycles.monitor.errors import (
     RULE_CODES,
     DatabaseUnreachable,
     InputInvalid,
@@ -89,8 +89,8 @@ from lifecycles.monitor_errors import (
     refused,
     unique_is_collision,
 )
-from lifecycles.monitor_schema import MonitorSchema, open_monitor_store
-from lifecycles.monitor_values import (
+from lifecycles.monitor.schema import MonitorSchema, open_monitor_store
+from lifecycles.monitor.values import (
     MonitorRow,
     TerminalProcessingHealth,
     TerminalProcessingOutcome,

@@ -1,12 +1,12 @@
 """The receiver's responses the monitor's exploration feeds, grouped by the trigger they
-aim at (:mod:`lifecycles.machines.monitor_inputs` reads them; its docstring lists them).
+aim at (:mod:`lifecycles.machines.monitor.inputs` reads them; its docstring lists them).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lifecycles.machines.monitor import STATUS_SCHEMA, MonitorRecord
+from lifecycles.machines.monitor.table import STATUS_SCHEMA, MonitorRecord
 
 START = 1000.0
 """When the explored notifications are registered; the receiver's times are placed after."""

@@ -41,9 +41,9 @@ from lifecycles.cli_ops import (
 )
 from lifecycles.explain import explain, outbox_inputs_now, print_explanation
 from lifecycles.explain_stored import files_entry
-from lifecycles.invariants.outbox import MAX_JSON_DEPTH, OutboxRecord
-from lifecycles.machines.outbox import OUTBOX, iso_timestamp
-from lifecycles.outbox import (
+from lifecycles.invariants.outbox.record import MAX_JSON_DEPTH, OutboxRecord
+from lifecycles.machines.outbox.table import OUTBOX, iso_timestamp
+from lifecycles.outbox.facade import (
     OUTBOX_DIRECTORY,
     corrupt_message,
     default_state_dir,

@@ -34,7 +34,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.outbox import (
+from lifecycles.invariants.outbox.record import (
     MAX_LAST_ERROR_LENGTH,
     MAX_REASON_LENGTH,
     OUTBOX_INVARIANTS,

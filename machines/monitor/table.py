@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 
 from lifecycles.invariants.core import FieldRuleViolation
-from lifecycles.invariants.monitor import (
+from lifecycles.invariants.monitor.record import (
     MONITOR_INVARIANTS,
     RESPONSE_INVALID,
     STATE_INVALID,
@@ -40,7 +40,7 @@ from lifecycles.invariants.monitor import (
     time,
     token,
 )
-from lifecycles.invariants.monitor_messages import (
+from lifecycles.invariants.monitor.messages import (
     ANSWER_RULES,
     ANSWER_SHAPE,
     STATUS_SCHEMA,
@@ -194,7 +194,7 @@ def read_answer(
 
     It must be exactly the status schema, about this very notification, under the
     expected capabilities, with consistent receiver fields: each of these is a named
-    rule (``ANSWER_RULES`` in ``lifecycles.invariants.monitor_messages``). Whether the
+    rule (``ANSWER_RULES`` in ``lifecycles.invariants.monitor.messages``). Whether the
     row it produces is valid is decided afterwards by the invariants, not here.
     """
     # Copying the mapping runs its own code, which may raise: the caller records that as

@@ -1,0 +1,2 @@
+"""The monitor's record and its rules: ``record`` (the record, its fields and invariants),
+``messages`` (the notifications and receiver answers it accepts)."""

@@ -1,0 +1,1 @@
+"""The outbox's record and its rules: ``record`` (the record, its fields and invariants)."""
