@@ -65,7 +65,7 @@ from support.monitor import CAPABILITIES, notification
 from support.tasks import TASKS, Task, TaskInputs, new_task
 
 from lifecycles.machines import lease
-from lifecycles.machines.monitor.table import MONITOR, new_record
+from lifecycles.machines.monitor import MONITOR, new_record
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 from lifecycles.monitor.schema import MonitorSchema
 from lifecycles.stores.base import Store

@@ -45,7 +45,7 @@ from support.reference import load_reference
 
 import lifecycles.monitor as lifecycles_monitor
 from lifecycles.machines import lease
-from lifecycles.machines.monitor.table import MONITOR
+from lifecycles.machines.monitor import MONITOR
 
 reference = load_reference("terminal_processing_monitor")
 TABLE = "cms_source_terminal_processing"

@@ -30,7 +30,7 @@ from support.monitor import CAPABILITIES, answer, notification
 from support.reference import load_reference
 
 import lifecycles.monitor as lifecycles_monitor
-from lifecycles.machines.monitor.table import MONITOR, MonitorInputs, new_record
+from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 
 IMPLEMENTATIONS = {
     "reference": load_reference("terminal_processing_monitor"),

@@ -34,8 +34,8 @@ from support.monitor import records_in_every_status
 from support.reference import load_reference
 
 from lifecycles.invariants.core import build_record
-from lifecycles.invariants.monitor.record import MONITOR_INVARIANTS, STATE_INVALID, MonitorRecord
-from lifecycles.machines.monitor.table import MONITOR
+from lifecycles.invariants.monitor import MONITOR_INVARIANTS, STATE_INVALID, MonitorRecord
+from lifecycles.machines.monitor import MONITOR
 
 RECORDS = records_in_every_status()
 ROWS = [

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lifecycles.machines import lease
-from lifecycles.machines.monitor.table import MONITOR, MonitorInputs, poll_step, read_answer
+from lifecycles.machines.monitor import MONITOR, MonitorInputs, poll_step, read_answer
 from lifecycles.stores.sql_claim import numbered
 
 Receiver = Callable[[str, str], Any]

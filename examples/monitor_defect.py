@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import attrs
 
-from lifecycles.machines.monitor.table import (
+from lifecycles.machines.monitor import (
     RESPONSE_INVALID,
     FireMonitor,
     MonitorInputs,

@@ -242,8 +242,8 @@ class WorkerDrainer(MonitorDrainer):
     batch = 1
 
     def work(self, dsn: str, items: Sequence[str], index: int, recorder: Recorder) -> None:
-        from lifecycles.machines.monitor.table import MONITOR as TABLE_MONITOR
-        from lifecycles.machines.monitor.table import read_answer
+        from lifecycles.machines.monitor import MONITOR as TABLE_MONITOR
+        from lifecycles.machines.monitor import read_answer
         from lifecycles.monitor.schema import open_monitor_store
         from lifecycles.worker import Worker
 

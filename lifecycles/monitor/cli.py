@@ -56,16 +56,16 @@ from lifecycles.cli_ops import (
 )
 from lifecycles.explain import Explanation, explain, inputs_now_for, print_explanation
 from lifecycles.explain_stored import sql_values
-from lifecycles.invariants.monitor.record import capabilities_rule, event_id_rule
-from lifecycles.invariants.monitor.record import time as time_rule
-from lifecycles.machines.monitor.table import CODE, MONITOR, plain_value
+from lifecycles.invariants.monitor import capabilities_rule, event_id_rule
+from lifecycles.invariants.monitor import time as time_rule
+from lifecycles.machines.monitor import CODE, MONITOR, plain_value
+from lifecycles.monitor.errors import blocked, public_errors, refused
 from lifecycles.monitor.facade import (
     DurableTerminalProcessingMonitor,
     InputInvalid,
     StateInvalid,
     TerminalProcessingMonitorBlocked,
 )
-from lifecycles.monitor.errors import blocked, public_errors, refused
 from lifecycles.monitor.schema import META, TABLE
 from lifecycles.stores.base import SchemaMismatch, StoreError
 

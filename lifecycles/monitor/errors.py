@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from lifecycles.invariants.core import InvariantViolation
-from lifecycles.invariants.monitor.record import (
+from lifecycles.invariants.monitor import (
     batch_limit,
     capabilities_rule,
     event_id_rule,
@@ -35,7 +35,7 @@ from lifecycles.invariants.monitor.record import (
 from lifecycles.machines.audit import PublicError, PublicErrors
 from lifecycles.machines.core import LifecycleError, TransitionRefused
 from lifecycles.machines.lease import LostRace
-from lifecycles.machines.monitor.table import CODE, MONITOR
+from lifecycles.machines.monitor import CODE, MONITOR
 from lifecycles.stores.base import Store, StoreError, StoreUnavailable, UniqueViolation
 
 # --- errors --------------------------------------------------------------------
@@ -185,7 +185,7 @@ def unique_is_collision() -> Iterator[None]:
 
 # --- input checks: a broken rule's name -> its public code, in one table ----------
 
-# Every rule is declared once (lifecycles.invariants.monitor.record, machines.monitor's
+# Every rule is declared once (lifecycles.invariants.monitor, machines.monitor's
 # RetryPolicy); an argument checked by several rules maps each to its one code.
 RULE_CODES: Mapping[str, str] = {
     time.name: "time_invalid",  # every `now`, and a duration that is no time at all

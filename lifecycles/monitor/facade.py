@@ -3,7 +3,7 @@
 Same names, signatures, returned fields, exception type and ``code`` strings, and
 the same SQLite schema, so a database written by either opens and continues in the
 other. Underneath, every status change is a row of the monitor's transition table
-(``lifecycles.machines.monitor.table``), every record is checked against named
+(``lifecycles.machines.monitor``), every record is checked against named
 invariants on read and before write, and writes are compare-and-set.
 
 One deliberate difference, the reference's known defect, is fixed: a receiver
@@ -42,10 +42,10 @@ from lifecycles.invariants.core import (
     FieldRuleViolation,
     canonical_json,
 )
-from lifecycles.invariants.monitor.record import (
+from lifecycles.invariants.monitor import (
     TERMINAL_STATUSES as _TERMINAL_STATUSES,
 )
-from lifecycles.invariants.monitor.record import (
+from lifecycles.invariants.monitor import (
     MonitorRecord,
     MonitorStatus,
     ReceiverStatus,
@@ -58,12 +58,12 @@ from lifecycles.invariants.monitor.record import (
     time,
     worker_id_rule,
 )
-from lifecycles.invariants.monitor.messages import (
+from lifecycles.invariants.monitor_messages import (
     NOTIFICATION_FIELDS,
     NOTIFICATION_SCHEMA,
     notification_rules_broken,
 )
-from lifecycles.machines.monitor.table import (
+from lifecycles.machines.monitor import (
     CODE,
     MONITOR,
     STATUS_SCHEMA,

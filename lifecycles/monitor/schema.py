@@ -25,10 +25,10 @@ import sqlite3
 from importlib import resources
 from typing import Any
 
-from lifecycles.invariants.monitor.record import COLUMNS, MonitorRecord
+from lifecycles.invariants.monitor import COLUMNS, MonitorRecord
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.monitor.table import CODE, MONITOR
+from lifecycles.machines.monitor import CODE, MONITOR
 from lifecycles.stores.base import SchemaMismatch
 from lifecycles.stores.sql import Catalogue, Column, Dialect, SQLSchema, SQLStore
 from lifecycles.stores.sqlite import SQLiteStore

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lifecycles.machines.monitor.table import MonitorInputs, MonitorRecord, new_record
+from lifecycles.machines.monitor import MonitorInputs, MonitorRecord, new_record
 from lifecycles.machines.monitor.inputs import (
     CLAIMER,
     INTRUDER,
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 def notification_for(event_id: str, **fields: Any) -> tuple[dict[str, Any], str]:
     """A valid notification for ``event_id`` and its canonical SHA-256, the pair
     ``register`` takes; ``fields`` replace any of its values (the digest follows)."""
-    from lifecycles.invariants.monitor.messages import NOTIFICATION_SCHEMA
+    from lifecycles.invariants.monitor_messages import NOTIFICATION_SCHEMA
     from lifecycles.monitor.facade import canonical_sha256
 
     notification: dict[str, Any] = {
@@ -78,7 +78,7 @@ def status_answer_for(
     reader returns. ``processing_status`` decides the fields that go with it (an error
     code for ``retry_wait``/``failed``, ``processed_at`` for ``succeeded``, a lease
     expiry for ``leased``); ``fields`` replace any value."""
-    from lifecycles.invariants.monitor.messages import ANSWER_IDENTITY, STATUS_SCHEMA
+    from lifecycles.invariants.monitor_messages import ANSWER_IDENTITY, STATUS_SCHEMA
 
     answer: dict[str, Any] = {
         "schema": STATUS_SCHEMA, **{name: notification[name] for name in ANSWER_IDENTITY

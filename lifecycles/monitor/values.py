@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from lifecycles.invariants.monitor.record import COLUMNS, MonitorRecord, MonitorStatus
-from lifecycles.machines.monitor.table import lease_expired
+from lifecycles.invariants.monitor import COLUMNS, MonitorRecord, MonitorStatus
+from lifecycles.machines.monitor import lease_expired
 
 # --- returned values -----------------------------------------------------------
 

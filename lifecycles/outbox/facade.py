@@ -5,7 +5,7 @@ directory and the same on-disk layout and record bytes, so a directory written b
 the reference is read and continued here and the other way round. Underneath, the
 outbox is the :data:`~lifecycles.machines.outbox.OUTBOX` lifecycle on a
 :class:`~lifecycles.stores.files.FilesStore`: every change of a record is a row of
-its table, and every rule is a named rule of :mod:`lifecycles.invariants.outbox.record`.
+its table, and every rule is a named rule of :mod:`lifecycles.invariants.outbox`.
 
 Delivery is at-least-once: the attempt is durably recorded before ``deliver`` is
 called, so a crash during delivery causes another attempt, never a lost intent.
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from lifecycles.invariants.core import FieldRule
-from lifecycles.invariants.outbox.record import (
+from lifecycles.invariants.outbox import (
     MAX_ERROR_LENGTH,
     MAX_RECORD_FILE_BYTES,
     OUTBOX_VERSION,
@@ -52,7 +52,7 @@ from lifecycles.invariants.outbox.record import (
 )
 from lifecycles.machines.audit import PublicError, PublicErrors
 from lifecycles.machines.core import LifecycleError, TransitionRefused
-from lifecycles.machines.outbox.table import (
+from lifecycles.machines.outbox import (
     CONFLICT,
     CONFLICT_REASON,
     OUTBOX,

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lifecycles.invariants.outbox.record import OutboxRecord
-from lifecycles.machines.outbox.table import OutboxInputs
+from lifecycles.invariants.outbox import OutboxRecord
+from lifecycles.machines.outbox import OutboxInputs
 from lifecycles.machines.outbox.inputs import (
     LATER,
     enqueue_inputs,

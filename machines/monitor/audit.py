@@ -7,9 +7,9 @@ The facade is ``DurableTerminalProcessingMonitor`` (:mod:`lifecycles.monitor`).
 
 from __future__ import annotations
 
-from lifecycles.invariants.monitor.record import RESPONSE_INVALID
+from lifecycles.invariants.monitor import RESPONSE_INVALID
 from lifecycles.machines.audit import FiredBy, RecordedCodes
-from lifecycles.machines.monitor.table import CODE, MONITOR
+from lifecycles.machines.monitor import CODE, MONITOR
 
 _WORKER = "`run_once(reader, worker_id, now=...)` and `run_many(...)`"
 

@@ -50,7 +50,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.monitor.record import same_notification
+from lifecycles.invariants.monitor import same_notification
 from lifecycles.machines.core import TransitionRefused
 from lifecycles.machines.exploration import (
     AcceptedCycle,
@@ -65,7 +65,7 @@ from lifecycles.machines.exploration import (
 from lifecycles.machines.interleaving import Work, Workers
 from lifecycles.machines.lease import StepOn
 from lifecycles.machines.memo import LIMIT, ByIdentity, identity_of, memoized
-from lifecycles.machines.monitor.table import (
+from lifecycles.machines.monitor import (
     MONITOR,
     RESPONSE_INVALID,
     FireMonitor,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lifecycles.machines.monitor.table import STATUS_SCHEMA, MonitorRecord
+from lifecycles.machines.monitor import STATUS_SCHEMA, MonitorRecord
 
 START = 1000.0
 """When the explored notifications are registered; the receiver's times are placed after."""

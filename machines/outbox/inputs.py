@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from lifecycles.invariants.outbox.record import (
+from lifecycles.invariants.outbox import (
     OUTBOX_VERSION,
     OutboxRecord,
     OutboxStatus,
@@ -41,7 +41,7 @@ from lifecycles.machines.exploration import (
     trigger_move,
 )
 from lifecycles.machines.mutants import EquivalentMutant
-from lifecycles.machines.outbox.table import OUTBOX, OutboxInputs
+from lifecycles.machines.outbox import OUTBOX, OutboxInputs
 
 ENQUEUED_AT = "2026-01-01T00:00:00+00:00"
 LATER = "2026-01-01T00:05:00+00:00"

@@ -25,7 +25,7 @@ from support.dispatch import decided, every_lifecycle, firings_asked
 from support.monitor import registered as monitor_record
 
 from lifecycles.invariants.core import FieldRule, FieldRuleViolation, field_rules
-from lifecycles.invariants.monitor.record import COLUMNS, MonitorRecord
+from lifecycles.invariants.monitor import COLUMNS, MonitorRecord
 from lifecycles.machines.core import Lifecycle, evolver
 
 DEPTH = 3

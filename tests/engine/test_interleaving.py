@@ -21,7 +21,7 @@ from lifecycles.machines.interleaving import (
     replay_interleaving,
 )
 from lifecycles.machines.liveness import liveness
-from lifecycles.machines.monitor.table import MONITOR
+from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.mutants import redeclared
 

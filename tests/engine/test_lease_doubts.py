@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from lifecycles.machines import lease
-from lifecycles.machines.monitor.table import MONITOR, MonitorInputs, new_record
+from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.stores.memory import MemoryStore
 
 LEASE_SECONDS = 30.0

@@ -18,8 +18,8 @@ import pytest
 
 from lifecycles.machines import lease
 from lifecycles.machines.core import Row
-from lifecycles.machines.monitor.table import MONITOR, MonitorInputs, new_record
-from lifecycles.machines.outbox.table import OUTBOX
+from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
+from lifecycles.machines.outbox import OUTBOX
 from lifecycles.stores.base import StaleRecord
 from lifecycles.stores.memory import MemoryStore
 

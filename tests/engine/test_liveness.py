@@ -86,7 +86,7 @@ def test_every_edge_of_the_graph_is_kept() -> None:
 
 def test_the_auditor_page_shows_the_bounds_and_the_accepted_cycles() -> None:
     from lifecycles.diagrams_page import page
-    from lifecycles.machines.monitor.table import MONITOR
+    from lifecycles.machines.monitor import MONITOR
 
     text = page(MONITOR, "", svg_name="m.svg", dot_name="m.dot", mermaid_name="m.mmd")
     assert f"within these bounds: {MONITOR_EXPLORATION.bounds}" in text

@@ -19,13 +19,13 @@ import pytest
 
 from lifecycles.diagrams_page import page
 from lifecycles.invariants.core import InvariantSet, StepViolation, step_invariant
-from lifecycles.invariants.monitor.record import MonitorRecord, MonitorStatus
-from lifecycles.invariants.outbox.record import OutboxRecord
+from lifecycles.invariants.monitor import MonitorRecord, MonitorStatus
+from lifecycles.invariants.outbox import OutboxRecord
 from lifecycles.machines.core import Changes, Lifecycle, effect
 from lifecycles.machines.exploration import Exploration, explore, trigger_move
-from lifecycles.machines.monitor.table import MONITOR, MonitorInputs
+from lifecycles.machines.monitor import MONITOR, MonitorInputs
 from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
-from lifecycles.machines.outbox.table import OUTBOX, OutboxInputs
+from lifecycles.machines.outbox import OUTBOX, OutboxInputs
 from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION
 from lifecycles.machines.work import Step
 from lifecycles.stores.memory import MemoryStore
@@ -63,6 +63,7 @@ def count_never_decreases(before: Tally, after: Tally) -> bool:
 
 
 TALLY: Lifecycle[Tally, dict[str, Any]] = Lifecycle(
+    module=__name__,
     name="tally",
     statuses=Phase,
     table=[

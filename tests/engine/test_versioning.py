@@ -79,7 +79,7 @@ KEY_RULE = matches("key_ok", r"[a-z]{1,8}")
 
 def lifecycle(**changed: Any) -> Lifecycle[Any, Any]:
     declared: dict[str, Any] = dict(
-        name="versioned", statuses=Status, initial=Status.NEW, final=[Status.DONE],
+        module=__name__, name="versioned", statuses=Status, initial=Status.NEW, final=[Status.DONE],
         creation="create",
         table=[{"trigger": "finish", "source": "new", "dest": "done",
                 "conditions": ["ready"], "after": "bump"}],
@@ -217,8 +217,8 @@ def test_the_pages_are_generated_from_the_pinned_version(name: str) -> None:
 
 
 def test_the_version_is_the_same_in_every_process() -> None:
-    program = ("from lifecycles.machines.monitor.table import MONITOR; "
-               "from lifecycles.machines.outbox.table import OUTBOX; "
+    program = ("from lifecycles.machines.monitor import MONITOR; "
+               "from lifecycles.machines.outbox import OUTBOX; "
                "print(MONITOR.table_version, OUTBOX.table_version)")
     seen = {
         subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,

@@ -30,13 +30,13 @@ from lifecycles.invariants.core import (
     non_negative_integer,
     one_of,
 )
-from lifecycles.invariants.monitor.record import (
+from lifecycles.invariants.monitor import (
     COLUMNS,
     STATE_INVALID,
     MonitorRecord,
     MonitorStatus,
 )
-from lifecycles.machines.monitor.table import (
+from lifecycles.machines.monitor import (
     MONITOR,
     ReceiverAnswer,
     ReceiverStatus,

@@ -30,7 +30,7 @@ from support.monitor import (
 from support.reference import require_reference
 
 import lifecycles.monitor as lifecycles_monitor
-from lifecycles.invariants.monitor.record import COLUMNS
+from lifecycles.invariants.monitor import COLUMNS
 from lifecycles.stores.sql_health import HealthQueries
 
 reference = require_reference("terminal_processing_monitor")

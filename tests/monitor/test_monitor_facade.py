@@ -19,7 +19,7 @@ from support.monitor import (
 )
 
 from lifecycles.invariants.core import field_rules
-from lifecycles.invariants.monitor.record import (
+from lifecycles.invariants.monitor import (
     capabilities_rule,
     event_id_rule,
     failure_bound,
@@ -28,8 +28,8 @@ from lifecycles.invariants.monitor.record import (
     time,
     worker_id_rule,
 )
-from lifecycles.invariants.monitor.messages import NOTIFICATION_RULES
-from lifecycles.machines.monitor.table import RetryPolicy
+from lifecycles.invariants.monitor_messages import NOTIFICATION_RULES
+from lifecycles.machines.monitor import RetryPolicy
 from lifecycles.monitor.facade import (
     RULE_CODES,
     DurableTerminalProcessingMonitor,

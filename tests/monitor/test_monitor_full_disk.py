@@ -29,7 +29,7 @@ CHILD = """
 import json, os, resource, signal, sys
 sys.path.insert(0, {support!r})
 from support.monitor import CAPABILITIES, answer, notification
-from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, TerminalProcessingMonitorBlocked
+from lifecycles.monitor import DurableTerminalProcessingMonitor, TerminalProcessingMonitorBlocked
 from lifecycles.stores.sqlite import connect
 
 path, mode = {path!r}, {mode!r}

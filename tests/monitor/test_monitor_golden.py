@@ -24,8 +24,8 @@ import pytest
 from support.monitor import CAPABILITIES, ReaderError, answer, notification, table_dump
 
 import lifecycles.monitor as ours
-from lifecycles.invariants.monitor.record import MonitorStatus
-from lifecycles.machines.monitor.table import (
+from lifecycles.invariants.monitor import MonitorStatus
+from lifecycles.machines.monitor import (
     AnswerRefused,
     MonitorInputs,
     ReceiverAnswer,

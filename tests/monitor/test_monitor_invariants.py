@@ -34,14 +34,14 @@ from support.monitor import (
 )
 
 from lifecycles.invariants.core import InvariantViolation, build_record, field_rules
-from lifecycles.invariants.monitor.record import (
+from lifecycles.invariants.monitor import (
     COLUMNS,
     MONITOR_INVARIANTS,
     STATE_INVALID,
     MonitorRecord,
     MonitorStatus,
 )
-from lifecycles.machines.monitor.table import (
+from lifecycles.machines.monitor import (
     MONITOR,
     MonitorInputs,
     ReceiverAnswer,

@@ -24,16 +24,16 @@ from hypothesis import strategies as st
 from support.monitor import reference_monitor
 
 from lifecycles.invariants.core import InvariantViolation
-from lifecycles.invariants.monitor.record import (
+from lifecycles.invariants.monitor import (
     COLUMNS,
     MONITOR_INVARIANTS,
     STATE_INVALID,
     MonitorRecord,
     MonitorStatus,
 )
-from lifecycles.invariants.monitor.messages import ANSWER_RULES, ANSWER_SHAPE
+from lifecycles.invariants.monitor_messages import ANSWER_RULES, ANSWER_SHAPE
 from lifecycles.machines.core import TransitionRefused
-from lifecycles.machines.monitor.table import (
+from lifecycles.machines.monitor import (
     MONITOR,
     RESPONSE_INVALID,
     STATUS_SCHEMA,

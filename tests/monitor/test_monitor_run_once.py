@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from support.monitor import CAPABILITIES, ReaderError, answer, notification
 
-from lifecycles.machines.monitor.table import MONITOR
+from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, LeaseLost, StateInvalid
 
 TOP_LEVEL_STATEMENTS = 3

@@ -1,6 +1,6 @@
 """Every rule of the outbox record, broken alone, is refused with that rule named.
 
-Three places enforce the rules, all from :mod:`lifecycles.invariants.outbox.record`:
+Three places enforce the rules, all from :mod:`lifecycles.invariants.outbox`:
 building a record (field rules and invariants), reading a stored file (the files
 store's file rules, then the same record rules) and validating a request (the
 facade's ``CloseRequest``, in the reference's order and with its messages).
@@ -18,7 +18,7 @@ import attrs
 import pytest
 
 from lifecycles.invariants.core import InvariantViolation, build_record, field_rules
-from lifecycles.invariants.outbox.record import (
+from lifecycles.invariants.outbox import (
     MAX_PAYLOAD_BYTES,
     MAX_RECORD_FILE_BYTES,
     OUTBOX_INVARIANTS,
@@ -33,7 +33,7 @@ from lifecycles.invariants.outbox.record import (
     entry_id_for,
     record_bytes,
 )
-from lifecycles.machines.outbox.table import OUTBOX
+from lifecycles.machines.outbox import OUTBOX
 from lifecycles.outbox.facade import OUTBOX_LAYOUT, CloseRequest, InvalidCloseRequestError
 from lifecycles.stores.files import FilesStore, UntrustedRecord
 

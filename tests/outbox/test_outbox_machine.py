@@ -8,9 +8,9 @@ import attrs
 import pytest
 
 from lifecycles.invariants.core import InvariantViolation
-from lifecycles.invariants.outbox.record import OutboxRecord, OutboxStatus, entry_id_for, intent_digest
+from lifecycles.invariants.outbox import OutboxRecord, OutboxStatus, entry_id_for, intent_digest
 from lifecycles.machines.core import TransitionRefused
-from lifecycles.machines.outbox.table import (
+from lifecycles.machines.outbox import (
     CONFLICT,
     NOT_ALLOWED,
     OUTBOX,

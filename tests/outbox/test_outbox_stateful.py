@@ -28,14 +28,14 @@ from hypothesis.stateful import (
     rule,
 )
 
-from lifecycles.invariants.outbox.record import (
+from lifecycles.invariants.outbox import (
     MAX_RECORD_FILE_BYTES,
     OUTBOX_INVARIANTS,
     OutboxStatus,
     canonical_json,
     entry_id_for,
 )
-from lifecycles.machines.outbox.table import OUTBOX
+from lifecycles.machines.outbox import OUTBOX
 from lifecycles.outbox.facade import (
     OUTBOX_LAYOUT,
     CloseOutbox,

@@ -11,8 +11,8 @@ import itertools
 import tempfile
 from pathlib import Path
 
-from lifecycles.invariants.outbox.record import OutboxRecord
-from lifecycles.machines.outbox.table import OUTBOX
+from lifecycles.invariants.outbox import OutboxRecord
+from lifecycles.machines.outbox import OUTBOX
 from lifecycles.outbox.facade import OUTBOX_LAYOUT
 from lifecycles.stores.files import FilesStore
 from lifecycles.stores.memory import MemoryStore

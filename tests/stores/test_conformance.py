@@ -57,7 +57,7 @@ class Driver:
 
 
 def monitor_driver() -> Driver:
-    from lifecycles.machines.monitor.table import MONITOR, MonitorInputs, new_record
+    from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 
     def new(i: int) -> Any:
         # created_at falls as i rises, so lease order (created_at, event_id) is not key order.
@@ -82,8 +82,8 @@ def monitor_driver() -> Driver:
 
 
 def outbox_driver() -> Driver:
-    from lifecycles.invariants.outbox.record import OutboxRecord, entry_id_for
-    from lifecycles.machines.outbox.table import OUTBOX, OutboxInputs
+    from lifecycles.invariants.outbox import OutboxRecord, entry_id_for
+    from lifecycles.machines.outbox import OUTBOX, OutboxInputs
 
     def new(i: int) -> Any:
         run, transaction = f"run-{i}", f"tx-{i}"
@@ -111,7 +111,7 @@ DRIVERS: dict[str, Callable[[], Driver]] = {"monitor": monitor_driver, "outbox":
 
 def lifecycle_names() -> list[str]:
     names = list(registered())
-    if "outbox" not in names and importlib.util.find_spec("lifecycles.machines.outbox.table"):
+    if "outbox" not in names and importlib.util.find_spec("lifecycles.machines.outbox"):
         names.append("outbox")  # written, not yet registered: run it anyway
     return names
 

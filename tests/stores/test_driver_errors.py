@@ -31,7 +31,7 @@ from support.store_operations import (
     record,
 )
 
-from lifecycles.machines.monitor.table import MONITOR
+from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.facade import DatabaseUnreachable, DurableTerminalProcessingMonitor
 from lifecycles.stores.base import StoreUnavailable
 from lifecycles.stores.sqlite import SQLiteStore, connect

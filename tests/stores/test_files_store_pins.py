@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from lifecycles.machines.monitor.table import MONITOR, MonitorInputs, new_record
-from lifecycles.machines.outbox.table import OUTBOX, OutboxInputs
+from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
+from lifecycles.machines.outbox import OUTBOX, OutboxInputs
 from lifecycles.outbox.facade import OUTBOX_LAYOUT, CloseRequest
 from lifecycles.outbox.facade import new_record as new_outbox_record
 from lifecycles.stores.base import StaleRecord

@@ -35,8 +35,8 @@ from lifecycles.invariants.core import (
     step_invariant,
 )
 from lifecycles.invariants.expressions import Fields
-from lifecycles.invariants.monitor.record import MONITOR_INVARIANTS, STATE_INVALID, MonitorRecord
-from lifecycles.machines.monitor.table import MONITOR
+from lifecycles.invariants.monitor import MONITOR_INVARIANTS, STATE_INVALID, MonitorRecord
+from lifecycles.machines.monitor import MONITOR
 
 # Valid records with up to three columns taken from other valid records: every field holds
 # its rule, and many such records break an invariant.

@@ -29,7 +29,7 @@ from support.store_operations import (
     public_methods,
 )
 
-from lifecycles.machines.monitor.table import MONITOR, MonitorInputs, new_record
+from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.stores.base import CommitUncertain, StoreUnavailable
 from lifecycles.stores.postgres import PostgresStore, connect
 

@@ -23,9 +23,9 @@ from test_rules_in_sql import POSTGRES_ROWS, python_field_verdicts
 
 from lifecycles.cli import main
 from lifecycles.invariants.core import InvariantViolation, build_record, field_rules
-from lifecycles.invariants.monitor.record import COLUMNS, STATE_INVALID, MonitorRecord
+from lifecycles.invariants.monitor import COLUMNS, STATE_INVALID, MonitorRecord
 from lifecycles.loading import import_target
-from lifecycles.machines.monitor.table import MONITOR
+from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StateInvalid
 from lifecycles.monitor.schema import TABLE
 from lifecycles.stores.postgres import PostgresDialect

@@ -16,8 +16,8 @@ import pytest
 from support.monitor import CAPABILITIES, answer, notification
 from support.postgres import Connect, pg_connect, pg_schema, require_postgres
 
-from lifecycles.invariants.monitor.record import COLUMNS
-from lifecycles.machines.monitor.table import MONITOR, MonitorInputs
+from lifecycles.invariants.monitor import COLUMNS
+from lifecycles.machines.monitor import MONITOR, MonitorInputs
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StorageBlocked
 from lifecycles.monitor.schema import open_monitor_store, render
 from lifecycles.stores.base import UniqueViolation
@@ -299,7 +299,7 @@ def test_a_server_that_drops_the_connection_mid_claim_commits_nothing(
 def test_a_unique_violation_inside_a_transaction_leaves_the_rest_usable(
     pg_connect: Connect,
 ) -> None:
-    from lifecycles.machines.monitor.table import new_record
+    from lifecycles.machines.monitor import new_record
 
     store = open_monitor_store(pg_connect(), CAPABILITIES)
     first = new_record(event_id="e1", notification_id="n1", site_id="s",

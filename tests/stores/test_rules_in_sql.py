@@ -37,13 +37,13 @@ from support.monitor import CAPABILITIES, plain_row, records_in_every_status
 from support.postgres import connect_in, temporary_schema
 
 from lifecycles.invariants.core import InvariantViolation, build_record, field_rules
-from lifecycles.invariants.monitor.record import (
+from lifecycles.invariants.monitor import (
     COLUMNS,
     MONITOR_INVARIANTS,
     STATE_INVALID,
     MonitorRecord,
 )
-from lifecycles.machines.monitor.table import MONITOR
+from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.schema import TABLE, MonitorSchema
 from lifecycles.stores.postgres import PostgresDialect
 from lifecycles.stores.sql import Dialect

@@ -20,7 +20,7 @@ import pytest
 from support.postgres import Connect, pg_connect, pg_schema
 
 from lifecycles.machines import lease
-from lifecycles.machines.monitor.table import MONITOR, MonitorInputs, new_record
+from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.stores.postgres import PostgresStore
 from lifecycles.stores.sqlite import SQLiteStore
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from support.postgres import Connect, pg_connect, pg_schema
 
-from lifecycles.machines.monitor.table import MONITOR
+from lifecycles.machines.monitor import MONITOR
 from lifecycles.stores.base import SchemaMismatch
 from lifecycles.stores.sql import Dialect, SQLSchema
 from lifecycles.stores.sqlite import SQLiteStore

@@ -15,7 +15,7 @@ import attrs
 import pytest
 
 from lifecycles.machines import lease
-from lifecycles.machines.monitor.table import MONITOR
+from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.schema import QUERIES, MonitorSchema, parse_named_blocks, render
 from lifecycles.registry import registered
 from lifecycles.stores.postgres import PostgresDialect
@@ -64,12 +64,12 @@ def test_stores_import_no_particular_lifecycle() -> None:
 def test_the_import_check_sees_what_it_looks_for(tmp_path: Path) -> None:
     planted = tmp_path / "planted.py"
     planted.write_text(
-        "from lifecycles.machines.monitor.table import MONITOR\n"
+        "from lifecycles.machines.monitor import MONITOR\n"
         "def __getattr__(name):\n    import lifecycles.monitor.schema\n"
     )
-    assert imports_of(planted)[:1] == ["lifecycles.machines.monitor.table"]
+    assert imports_of(planted)[:1] == ["lifecycles.machines.monitor"]
     assert "lifecycles.monitor.schema" in imports_of(planted)
-    assert "lifecycles.machines.monitor.table" in lifecycle_modules()
+    assert "lifecycles.machines.monitor" in lifecycle_modules()
 
 
 # --- the monitor's schema, as named blocks ---------------------------------------------

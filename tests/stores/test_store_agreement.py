@@ -28,9 +28,9 @@ from support.postgres import DSN, require_postgres
 from support.store_kinds import KINDS, MONITOR_SCHEMA_KINDS, Opened, StoreKind
 
 from lifecycles.invariants.core import InvariantViolation
-from lifecycles.invariants.monitor.record import MonitorRecord, ReceiverStatus
+from lifecycles.invariants.monitor import MonitorRecord, ReceiverStatus
 from lifecycles.machines.core import TransitionRefused
-from lifecycles.machines.monitor.table import (
+from lifecycles.machines.monitor import (
     MONITOR,
     MonitorInputs,
     ReceiverAnswer,

@@ -15,7 +15,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from lifecycles.invariants.monitor.record import COLUMNS
+from lifecycles.invariants.monitor import COLUMNS
 from lifecycles.monitor.schema import META, TABLE, MonitorSchema
 from lifecycles.stores.sql import Dialect
 from support.monitor import CAPABILITIES, notification

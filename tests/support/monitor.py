@@ -11,8 +11,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from lifecycles.invariants.monitor.record import MonitorRecord
-from lifecycles.machines.monitor.table import MONITOR, MonitorInputs, new_record
+from lifecycles.invariants.monitor import MonitorRecord
+from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.monitor.strategies import ReaderError as PublicReaderError
 
 CAPABILITIES = "c" * 64
@@ -74,9 +74,10 @@ def answer(event_id: str, site_id: str, kind: str, **overrides: Any) -> dict[str
 
 
 class ReaderError(PublicReaderError):
-    """What a CMS client raises: the public fake (:class:`lifecycles.monitor.strategies.ReaderError`),
-    called as these tests call it: a code, whether the failure is retryable, and whether
-    it is a CMS notification failure (by default it is)."""
+    """What a CMS client raises: the public fake
+    (:class:`lifecycles.monitor.strategies.ReaderError`), called as these tests call it: a
+    code, whether the failure is retryable, and whether it is a CMS notification failure
+    (by default it is)."""
 
     def __init__(self, code: Any, retryable: Any, cms: Any = True) -> None:
         super().__init__(code, cms, retryable)
@@ -176,7 +177,7 @@ RETRY_WAIT = MONITOR.fire(
 
 def records_in_every_status() -> list[MonitorRecord]:
     """One valid record in each monitor status, made by real transitions from ``LEASED``."""
-    from lifecycles.machines.monitor.table import ReceiverAnswer, ReceiverStatus
+    from lifecycles.machines.monitor import ReceiverAnswer, ReceiverStatus
 
     def answered(kind: ReceiverStatus, **changes: Any) -> MonitorInputs:
         values: dict[str, Any] = {

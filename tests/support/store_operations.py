@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lifecycles.machines.monitor.table import MONITOR, MonitorInputs, new_record
+from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.stores.sql import SQLStore
 
 TABLE = "lifecycle_monitor"  # the table SQLSchema derives for the monitor's record

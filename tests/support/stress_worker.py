@@ -145,7 +145,7 @@ def audited(monitor: Any, target: Target) -> Any:
 
 def prepare(target: Target, items: int, max_failures: int = 5) -> None:
     """The monitor's schema, the audit trail, and ``items`` registered items."""
-    from lifecycles.machines.monitor.table import MONITOR, new_record
+    from lifecycles.machines.monitor import MONITOR, new_record
 
     connection = target.connect()
     monitor = monitor_on(connection)

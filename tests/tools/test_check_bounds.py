@@ -102,7 +102,7 @@ def test_a_declared_bound_without_a_rebound_is_refused() -> None:
 
     from lifecycles.checker import Target, rebound
     from lifecycles.loading import CheckerError
-    from lifecycles.machines.monitor.table import MONITOR
+    from lifecycles.machines.monitor import MONITOR
 
     stuck = attrs.evolve(EXPLORATION, rebound=None)
     with pytest.raises(CheckerError) as refused:

@@ -31,7 +31,7 @@ from lifecycles.diagrams_page import markdown, page
 from lifecycles.diagrams_pictures import find_graphviz, mermaid, mermaid_engine_can_draw
 from lifecycles.invariants.core import InvariantSet, field_rules
 from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.monitor.table import MONITOR
+from lifecycles.machines.monitor import MONITOR
 from lifecycles.registry import registered
 
 AnyLifecycle = Lifecycle[Any, Any]
@@ -50,6 +50,7 @@ def run_command(*argv: str) -> int:
 def rebuilt(lifecycle: AnyLifecycle, **changes: Any) -> AnyLifecycle:
     """A new lifecycle with the same declaration as ``lifecycle`` except ``changes``."""
     declaration: dict[str, Any] = {
+        "module": __name__,
         "name": lifecycle.name,
         "statuses": lifecycle.statuses,
         "table": [dict(row) for row in lifecycle.table],
@@ -102,6 +103,7 @@ class OddRecord:
 
 
 ODD: AnyLifecycle = Lifecycle(
+    module=__name__,
     name="odd",
     statuses=OddStatus,
     table=[

@@ -202,7 +202,7 @@ PUBLIC_PACKAGES = ("lifecycles", "lifecycles.machines", "lifecycles.invariants",
 # commands' Python entry points (`main`, the pages' `generate`, the logs and metrics hooks).
 APP_MODULES = ("lifecycles.monitor", "lifecycles.outbox", "lifecycles.testing",
                "lifecycles.monitor.strategies", "lifecycles.outbox.strategies",
-               "lifecycles.machines.monitor.table", "lifecycles.machines.monitor.inputs",
+               "lifecycles.machines.monitor", "lifecycles.machines.monitor.inputs",
                "lifecycles.cli", "lifecycles.diagrams", "lifecycles.observe")
 # A driver's module, for its `connect` alone (each takes that driver's own options).
 DRIVER_NAMES = {"lifecycles.stores.sqlite": {"connect"}, "lifecycles.stores.postgres": {"connect"}}

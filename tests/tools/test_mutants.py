@@ -17,7 +17,7 @@ import pytest
 from lifecycles.checker import EXIT_FAILED, EXIT_OK, run_check
 from lifecycles.checker_mutants import judge, judge_all
 from lifecycles.invariants.core import InvariantSet
-from lifecycles.machines.monitor.table import MONITOR
+from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.mutants import KINDS, EquivalentMutant, mutants, redeclared
 from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION

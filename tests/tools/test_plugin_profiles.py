@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from lifecycles.machines.monitor.table import MONITOR
+from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor.inputs import EXPLORATION
 from lifecycles.stores.memory import MemoryStore
 from lifecycles.testing import build_state_machine
@@ -148,7 +148,7 @@ def test_generated_tests_run_the_loaded_profile_without_explain() -> None:
 def test_hypothesis_explain_option_keeps_the_explain_phase(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_phases="""
         from hypothesis import Phase
-        from lifecycles.machines.monitor.table import MONITOR
+        from lifecycles.machines.monitor import MONITOR
         from lifecycles.machines.monitor.inputs import EXPLORATION
         from lifecycles.stores.memory import MemoryStore
         from lifecycles.testing import build_state_machine

@@ -14,11 +14,11 @@ import attrs
 import pytest
 from fixtures_check.tiny import TINY, TWIN
 
-from lifecycles.invariants.monitor.record import MONITOR_INVARIANTS, MonitorRecord
-from lifecycles.invariants.outbox.record import OutboxRecord, json_bounds
+from lifecycles.invariants.monitor import MONITOR_INVARIANTS, MonitorRecord
+from lifecycles.invariants.outbox import OutboxRecord, json_bounds
 from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.monitor.table import MONITOR
-from lifecycles.machines.outbox.table import OUTBOX
+from lifecycles.machines.monitor import MONITOR
+from lifecycles.machines.outbox import OUTBOX
 
 
 @pytest.mark.parametrize("lifecycle", [MONITOR, OUTBOX, TINY, TWIN], ids=lambda lc: lc.name)

@@ -3,7 +3,7 @@
 
 The reference checked an answer with one fourteen-clause boolean; here each clause is a
 named rule, so a refused answer (``response_invalid``) says which. The record these
-inputs become obeys :mod:`lifecycles.invariants.monitor.record`.
+inputs become obeys :mod:`lifecycles.invariants.monitor`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from lifecycles.invariants.core import InvariantSet, invariant, is_time
-from lifecycles.invariants.monitor.record import (
+from lifecycles.invariants.monitor import (
     RESPONSE_INVALID,
     MonitorRecord,
     ReceiverStatus,

@@ -6,7 +6,7 @@ record is built) or a named invariant (cross-field, checked before every write a
 on every read). A violation names the rule; the public code stays
 ``terminal_processing_monitor.state_invalid``. What the monitor reads from outside (a
 receiver's answer, a caller's notification) obeys the rules of
-:mod:`lifecycles.invariants.monitor.messages`.
+:mod:`lifecycles.invariants.monitor_messages`.
 """
 
 from __future__ import annotations
