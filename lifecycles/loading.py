@@ -1,5 +1,6 @@
 """Loading user code for the checker: import a module named on the command line, find
-the exploration declared beside a table, and say at which ``file:line`` user code failed.
+what is declared for a lifecycle beside its table (in the modules its ``declared_in``
+names: :func:`declared_beside`), and say at which ``file:line`` user code failed.
 
 Every failure becomes a :class:`CheckerError` with a stable code and one line saying
 where and what to do; ``lifecycles diagrams --module`` reports import failures the same

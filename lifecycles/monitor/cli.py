@@ -69,7 +69,7 @@ from lifecycles.monitor.facade import (
 from lifecycles.monitor.schema import META, TABLE
 from lifecycles.stores.base import SchemaMismatch, StoreError
 
-MONITOR_TABLE, META_TABLE = TABLE, META  # the reference's names, declared in monitor_schema
+MONITOR_TABLE, META_TABLE = TABLE, META  # the reference's names, declared in the schema module
 
 # The exit codes and the opening of a database are every ops command's (cli_ops).
 EXIT_CODES = (

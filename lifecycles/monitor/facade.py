@@ -134,7 +134,7 @@ def canonical_sha256(value: Any) -> str:
 
 
 def _open_store(connection: Any, capabilities_sha256: str) -> SQLStore[MonitorRecord]:
-    # The reference schema is the monitor's own (lifecycles/monitor_schema.py).
+    # The reference schema is the monitor's own (lifecycles/monitor/schema.py).
     return open_monitor_store(connection, capabilities_sha256)
 
 
