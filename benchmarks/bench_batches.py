@@ -66,8 +66,8 @@ from support.tasks import TASKS, Task, TaskInputs, new_task
 
 from lifecycles.machines import lease
 from lifecycles.machines.monitor import MONITOR, new_record
-from lifecycles.monitor import DurableTerminalProcessingMonitor
-from lifecycles.monitor_schema import MonitorSchema
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
+from lifecycles.monitor.schema import MonitorSchema
 from lifecycles.stores.base import Store
 from lifecycles.stores.sql import SQLStore
 from lifecycles.worker import Idle, Worker

@@ -38,7 +38,7 @@ from typing import Any
 
 from lifecycles.machines.exploration import Coverage, Exploration, _Fired, explore
 from lifecycles.machines.memo import Repeats
-from lifecycles.machines.monitor_inputs import monitor_exploration
+from lifecycles.machines.monitor.inputs import monitor_exploration
 
 
 def attempt(step: Callable[..., Any], *args: Any) -> Any:

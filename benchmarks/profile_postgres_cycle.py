@@ -48,7 +48,7 @@ from bench_throughput import DSN_VARIABLE, LOCAL_DSN, Items, Receiver, due_time,
 from loops import LEASE_SECONDS, TABLE, CheckedPostgres, Checks, RawPostgres, VerifiedPostgres
 from support.monitor import CAPABILITIES
 
-from lifecycles.monitor import DurableTerminalProcessingMonitor
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 from lifecycles.stores.postgres import connect
 
 

@@ -42,7 +42,7 @@ os.environ.setdefault(
 from loops import LEASE_SECONDS, WORKER, CheckedSQLite, Checks, RawSQLite, drop_unused_indexes
 from support.monitor import CAPABILITIES, answer, notification
 
-from lifecycles.monitor import DurableTerminalProcessingMonitor
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 
 
 class Timed:

@@ -22,7 +22,7 @@ from lifecycles.machines.monitor import (
     ReceiverAnswer,
     trigger_for_answer,
 )
-from lifecycles.machines.monitor_inputs import monitor_exploration
+from lifecycles.machines.monitor.inputs import monitor_exploration
 
 
 def accept_answer_as_is(record: MonitorRecord, answer: ReceiverAnswer | None,

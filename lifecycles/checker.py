@@ -361,7 +361,8 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
     exploration = target.exploration
     if exploration is None:
         outcome.failures.append("no exploration inputs")
-        say(f"  FAIL no exploration inputs: declare an Exploration in {lifecycle.module}_inputs")
+        say(f"  FAIL no exploration inputs: declare an Exploration in {lifecycle.module} "
+            "or in a module its Lifecycle(declared_in=...) names")
         return outcome
     result = _explore(target, exploration)
     declared = [status.value for status in lifecycle.statuses]

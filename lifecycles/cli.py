@@ -26,10 +26,10 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn
 
 COMMAND_MODULES: dict[str, str] = {
-    "lifecycles.cli_monitor": "monitor",
+    "lifecycles.monitor.cli": "monitor",
     "lifecycles.checker": "check",
     "lifecycles.diagrams": "diagrams",
-    "lifecycles.cli_outbox": "outbox",
+    "lifecycles.outbox.cli": "outbox",
     "lifecycles.cli_worker": "worker",
     "lifecycles.cli_ops": "list",
     "lifecycles.cli_ops_status": "status",

@@ -41,6 +41,7 @@ from typing import Any
 
 import attrs
 
+from lifecycles.app_hooks import hooks_of
 from lifecycles.cli import CommandError, add_command, exit_code_table
 from lifecycles.explain import (
     Explanation,
@@ -344,24 +345,13 @@ class Opened:
 
 
 def _reading_schema(lifecycle: AnyLifecycle, connection: Any) -> Any:
-    """The schema of the lifecycle's table, which opening only verifies: the table, its
-    indexes, the monitor's meta row are never created (the monitor's binding is the
-    capabilities the database holds)."""
-    from lifecycles.machines.monitor import MONITOR
+    """The schema of the lifecycle's table, which opening only verifies: the table and its
+    indexes are never created (an app's own, as its hooks declare, else the table's)."""
     from lifecycles.stores.sql import SQLSchema
 
-    if lifecycle is MONITOR:
-        from lifecycles.monitor_schema import META, MonitorSchema
-
-        rows = query(connection, f"SELECT expected_capabilities_sha256 FROM {META}") if (
-            table_exists(connection, META)) else []
-        bound = str(rows[0][0]) if len(rows) == 1 else ""
-
-        class ReadingMonitorSchema(MonitorSchema):
-            def ensure(self, catalogue: Any) -> None:
-                self.verify(catalogue)
-
-        return ReadingMonitorSchema(bound)
+    declared = hooks_of(lifecycle).reading_schema
+    if declared is not None:
+        return declared(connection)
 
     class ReadingSchema(SQLSchema):
         def ensure(self, catalogue: Any) -> None:
@@ -395,16 +385,12 @@ def _reading_store(lifecycle: AnyLifecycle, connection: Any) -> Any:
 
 
 def files_layout(lifecycle: AnyLifecycle) -> Any:
-    """The layout the lifecycle's files store keeps (the outbox's own, else one
-    directory per status)."""
-    from lifecycles.machines.outbox import OUTBOX
+    """The layout the lifecycle's files store keeps (its app's, as its hooks declare,
+    else one directory per status)."""
     from lifecycles.stores.files import FilesLayout
 
-    if lifecycle is OUTBOX:
-        from lifecycles.outbox import OUTBOX_LAYOUT
-
-        return OUTBOX_LAYOUT
-    return FilesLayout.for_lifecycle(lifecycle)
+    declared = hooks_of(lifecycle).files_layout
+    return declared if declared is not None else FilesLayout.for_lifecycle(lifecycle)
 
 
 def open_store(lifecycle: AnyLifecycle, args: argparse.Namespace) -> Opened:

@@ -2,8 +2,8 @@
 
 On each lifecycle's page: who fires each trigger, and every error code with what it
 means, which call raises it and what changed. They render the declarations of
-:mod:`lifecycles.machines.audit`, found beside the table (its module, ``<module>_inputs``,
-``<module>_audit``) or in a shipped lifecycle's facade (:data:`FACADES`). On
+:mod:`lifecycles.machines.audit`, found through the lifecycle: in the module that declares
+it or one its ``declared_in`` names (:func:`lifecycles.loading.declared_beside`). On
 ``diagrams/README.md``: an auditor's checklist and a glossary. Everything is rendered
 in declaration and table order, so the same code gives the same bytes.
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from lifecycles.diagrams_page import _cell, _plain, _row, _table_rows, _table_section
-from lifecycles.loading import modules_beside
+from lifecycles.loading import declared_beside
 from lifecycles.machines.audit import FiredBy, PublicErrors, RecordedCodes
 from lifecycles.machines.core import Lifecycle, Row
 from lifecycles.machines.graph import statuses_in_flow_order
@@ -22,23 +22,10 @@ from lifecycles.machines.graph import statuses_in_flow_order
 AnyLifecycle = Lifecycle[Any, Any]
 D = TypeVar("D", FiredBy, PublicErrors, RecordedCodes)
 
-# Where a shipped lifecycle's public errors are declared: its facade, which the table's
-# module cannot import (each facade imports its table).
-FACADES: Mapping[str, tuple[str, ...]] = {
-    "lifecycles.machines.monitor": ("lifecycles.monitor_errors",),
-    "lifecycles.machines.outbox": ("lifecycles.outbox",),
-}
-
 
 def declared(lifecycle: AnyLifecycle, kind: type[D]) -> D | None:
     """The ``kind`` declaration whose ``lifecycle`` is ``lifecycle``, or ``None``."""
-    base: str = lifecycle.module
-    for _, module in modules_beside(
-            (base, f"{base}_inputs", f"{base}_audit", *FACADES.get(base, ()))):
-        for value in vars(module).values():
-            if isinstance(value, kind) and value.lifecycle is lifecycle:
-                return value
-    return None
+    return declared_beside(lifecycle, kind)
 
 
 def sections(lifecycle: AnyLifecycle) -> list[str]:

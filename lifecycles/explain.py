@@ -8,9 +8,9 @@ fire (asked of the engine itself, :meth:`Lifecycle.select_row`), and every rule
 *values*, not from a record a store admitted, so a record that breaks its rules is
 explained rather than refused: that is when an operator needs it most.
 
-The inputs "now" are assumed, and each explanation says which (:class:`Assumed`):
-:func:`monitor_inputs_now` and :func:`outbox_inputs_now` build what the facades
-themselves would pass. :func:`render_text` prints an explanation; the region of
+The inputs "now" are assumed, and each explanation says which (:class:`Assumed`): an
+app's :class:`~lifecycles.app_hooks.AppHooks` build what its facade itself would pass
+(:func:`inputs_now_for`). :func:`render_text` prints an explanation; the region of
 interest is drawn by :func:`lifecycles.diagrams_pictures.mermaid`.
 """
 
@@ -23,19 +23,16 @@ from typing import Any
 
 import attrs
 
+from lifecycles.app_hooks import hooks_of
 from lifecycles.diagrams_pictures import mermaid
 from lifecycles.invariants.core import field_rules
-from lifecycles.invariants.monitor import MonitorRecord
-from lifecycles.invariants.outbox import OutboxRecord, intent_digest
 from lifecycles.loading import CheckerError, at, declared_exploration, one_line, where
 from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
-from lifecycles.machines.monitor import MonitorInputs
-from lifecycles.machines.outbox import CONFLICT_REASON, OutboxInputs, delivery_outcome
 
 AnyLifecycle = Lifecycle[Any, Any]
 
-# Who the explanation assumes is asking, in the monitor: a worker that never held the
-# lease (a claim), and the token it would be given; neither is ever stored.
+# Who the explanation assumes is asking for a claim: a worker that never held the lease,
+# and the token it would be given; neither is ever stored.
 NEW_WORKER = "explain-new-worker"
 NEW_TOKEN = "explain-new-token"
 
@@ -287,57 +284,6 @@ def _verdict(lifecycle: AnyLifecycle, trigger: str, record: Any, assumed: Assume
 # --- the inputs an operator faces now ------------------------------------------------
 
 
-def monitor_inputs_now(now: float) -> InputsNow:
-    """A claim by a new worker at ``now``; the lease holder (the record's own owner and
-    token) completing its read at ``now``, failing with a retryable error for
-    ``fail_attempt``; any worker's claim recovering an expired lease; the very same
-    notification registered again."""
-
-    def inputs(record: MonitorRecord) -> Mapping[str, Assumed]:
-        holder = MonitorInputs(now, worker_id=record.lease_owner,
-                               lease_token=record.lease_token)
-        who = (f"the lease holder {record.lease_owner} with its own token"
-               if record.lease_owner is not None else "a worker (none holds a lease)")
-        completion = Assumed(holder, f"{who}, completing its read at now")
-        return {
-            "claim": Assumed(MonitorInputs(now, worker_id=NEW_WORKER, lease_token=NEW_TOKEN),
-                             f"a claim by a new worker ({NEW_WORKER}) at now"),
-            "expire_lease": Assumed(MonitorInputs(now),
-                                    "any worker's claim at now (it recovers expired leases "
-                                    "first)"),
-            "observe_progress": completion,
-            "observe_success": completion,
-            "observe_failure": completion,
-            "fail_attempt": Assumed(attrs.evolve(holder, retryable=True),
-                                    f"{who}, its read failing with a retryable error at now"),
-            "register": Assumed(MonitorInputs(now, registration=record),
-                                "the very same notification registered again at now"),
-        }
-
-    return inputs
-
-
-def outbox_inputs_now(now: str) -> InputsNow:
-    """What a replay at ``now`` passes (an attempt, a delivery, a failed delivery as
-    :func:`delivery_outcome` words it, a quarantine for a conflicting delivered copy)
-    and the very same intent enqueued again."""
-    failed = delivery_outcome(Exception(), now)[1]
-
-    def inputs(record: OutboxRecord) -> Mapping[str, Assumed]:
-        return {
-            "enqueue": Assumed(OutboxInputs(now, intent_digest=intent_digest(record.intent())),
-                               "the very same intent enqueued again at now"),
-            "attempt": Assumed(OutboxInputs(now), "a replay at now counting an attempt"),
-            "deliver": Assumed(OutboxInputs(now), "the deliver callback returning at now"),
-            "fail_delivery": Assumed(failed, f"the deliver callback raising at now "
-                                             f"(error {failed.error!r})"),
-            "quarantine": Assumed(OutboxInputs(now, reason=CONFLICT_REASON),
-                                  "a replay at now finding a conflicting delivered copy"),
-        }
-
-    return inputs
-
-
 DEFAULT_LEASE_SECONDS = 60.0
 """The lease a new worker's claim is assumed to ask for (``lifecycles worker``'s default)."""
 NO_LEASE_TOKEN = "explain-no-lease"
@@ -382,7 +328,7 @@ def lifecycle_inputs_now(
         if found is None:
             raise NoInputsDeclared(
                 f"{lifecycle.name} declares no Handling and no exploration (in "
-                f"{lifecycle.module}_inputs or {lifecycle.module}) to build its inputs from")
+                f"{lifecycle.module} or its declared_in) to build its inputs from")
         exploration, spec = found
         if exploration.lease_inputs is not None:
             return exploration.lease_inputs(now, NEW_TOKEN), f"as {spec} builds a claim's"
@@ -433,29 +379,20 @@ def lifecycle_inputs_now(
 
 
 def inputs_now_for(lifecycle: AnyLifecycle, now: float) -> InputsNow:
-    """The inputs assumed at ``now`` (UNIX seconds): the shipped lifecycles' facades' own
-    (:func:`monitor_inputs_now`, :func:`outbox_inputs_now`), else
+    """The inputs assumed at ``now`` (UNIX seconds): those the app declares in its
+    :class:`~lifecycles.app_hooks.AppHooks` (the shipped facades' own), else
     :func:`lifecycle_inputs_now`."""
-    from lifecycles.machines.monitor import MONITOR
-    from lifecycles.machines.outbox import OUTBOX
-
-    if lifecycle is MONITOR:
-        return monitor_inputs_now(now)
-    if lifecycle is OUTBOX:
-        return outbox_inputs_now(shown_now(lifecycle, now))
+    hooks = hooks_of(lifecycle)
+    if hooks.inputs_now is not None:
+        return hooks.inputs_now(now)
     return lifecycle_inputs_now(lifecycle, now)
 
 
 def shown_now(lifecycle: AnyLifecycle, now: float) -> str:
-    """``now`` as the lifecycle's records write times: an ISO timestamp for the outbox,
-    UNIX seconds for every other."""
-    from lifecycles.machines.outbox import OUTBOX, iso_timestamp
-
-    if lifecycle is OUTBOX:
-        from datetime import UTC, datetime
-
-        return iso_timestamp(datetime.fromtimestamp(now, UTC))
-    return str(now)
+    """``now`` as the lifecycle's records write times: as its app declares (the outbox:
+    an ISO timestamp), else UNIX seconds."""
+    hooks = hooks_of(lifecycle)
+    return hooks.shown_now(now) if hooks.shown_now is not None else str(now)
 
 
 # --- text ----------------------------------------------------------------------------
@@ -562,8 +499,6 @@ __all__ = [
     "inputs_failure",
     "inputs_now_for",
     "lifecycle_inputs_now",
-    "monitor_inputs_now",
-    "outbox_inputs_now",
     "print_explanation",
     "render_text",
     "shown_now",

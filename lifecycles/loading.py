@@ -1,5 +1,6 @@
 """Loading user code for the checker: import a module named on the command line, find
-the exploration declared beside a table, and say at which ``file:line`` user code failed.
+what is declared for a lifecycle beside its table (in the modules its ``declared_in``
+names: :func:`declared_beside`), and say at which ``file:line`` user code failed.
 
 Every failure becomes a :class:`CheckerError` with a stable code and one line saying
 where and what to do; ``lifecycles diagrams --module`` reports import failures the same
@@ -10,13 +11,14 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import os
 import sys
 import sysconfig
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import lifecycles
 import lifecycles.invariants
@@ -206,10 +208,49 @@ def modules_beside(names: Iterable[str]) -> Iterator[tuple[str, ModuleType]]:
         yield name, module
 
 
+def named_beside(table_module: str, name: str) -> str:
+    """``name`` as an absolute module name: one with a leading dot names a module beside
+    ``table_module``, as a relative import there would (``.lifecycle_inputs``)."""
+    if not name.startswith("."):
+        return name
+    table = sys.modules.get(table_module)
+    package = (table.__package__ if table is not None and table.__package__ is not None
+               else table_module.rpartition(".")[0])  # a package's own name, for __init__
+    if package:
+        return importlib.util.resolve_name(name, package)
+    if name.startswith(".."):
+        raise CheckerError("definition_invalid",
+                           f"{table_module} is not in a package: {name} names nothing")
+    return name[1:]
+
+
+def declaring_modules(lifecycle: AnyLifecycle) -> Iterator[tuple[str, ModuleType]]:
+    """Where the tools look for what is declared about ``lifecycle`` beside its table:
+    the module that declares it (passed over when it cannot be imported, as a table built
+    in a script), then each module its ``declared_in`` names, imported in that order."""
+    yield from modules_beside((lifecycle.module,))
+    for name in lifecycle.declared_in:
+        absolute = named_beside(lifecycle.module, name)
+        yield absolute, importlib.import_module(absolute)
+
+
+T = TypeVar("T")
+
+
+def declared_beside(lifecycle: AnyLifecycle, kind: type[T]) -> T | None:
+    """The first module-level ``kind`` declared for ``lifecycle`` (its ``lifecycle``
+    attribute is that very object) in :func:`declaring_modules`, or ``None``."""
+    for _, module in declaring_modules(lifecycle):
+        for value in vars(module).values():
+            if isinstance(value, kind) and getattr(value, "lifecycle", None) is lifecycle:
+                return value
+    return None
+
+
 def find_exploration(lifecycle: AnyLifecycle) -> tuple[AnyExploration, str] | None:
-    """The exploration declared beside ``lifecycle``'s table: ``<module>_inputs``, then
-    ``<module>`` itself."""
-    for name, module in modules_beside((f"{lifecycle.module}_inputs", lifecycle.module)):
+    """The exploration declared for ``lifecycle`` in :func:`declaring_modules`, with the
+    ``module:ATTRIBUTE`` spec a replay names it by."""
+    for name, module in declaring_modules(lifecycle):
         for exploration, spec in explorations_in(module, name):
             if exploration.lifecycle is lifecycle:
                 return exploration, spec

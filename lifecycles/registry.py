@@ -12,6 +12,10 @@ from typing import Any
 
 from lifecycles.machines.core import DefinitionError, Lifecycle
 
+SHIPPED = ("lifecycles.machines.monitor", "lifecycles.machines.outbox")
+"""The modules declaring the lifecycles shipped with lifecycles, in their stable order:
+the apps installed with the framework, named here only, as a project names its own."""
+
 
 def registered() -> dict[str, Lifecycle[Any, Any]]:
     """Every shipped lifecycle, keyed by name, in a stable order.
@@ -20,16 +24,16 @@ def registered() -> dict[str, Lifecycle[Any, Any]]:
     (``definition_invalid``, at the ``file:line`` of its ``Lifecycle(...)`` call), which
     ``check`` and ``diagrams`` report as they report a ``--module`` of the user's.
     """
-    try:
-        from lifecycles.machines.monitor import MONITOR
-        from lifecycles.machines.outbox import OUTBOX
-    except DefinitionError as error:
-        from lifecycles.loading import import_failure  # loading imports this module
+    found: dict[str, Lifecycle[Any, Any]] = {}
+    for name in SHIPPED:
+        try:
+            module = importlib.import_module(name)
+        except DefinitionError as error:
+            from lifecycles.loading import import_failure  # loading imports this module
 
-        raise import_failure("the shipped lifecycles", error) from error
-
-    found: list[Lifecycle[Any, Any]] = [MONITOR, OUTBOX]
-    return {lifecycle.name: lifecycle for lifecycle in found}
+            raise import_failure("the shipped lifecycles", error) from error
+        found.update(lifecycles_in(module))
+    return found
 
 
 def import_target(target: str) -> ModuleType:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import inspect
 import keyword
-import sys
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -250,13 +249,16 @@ class Lifecycle(Generic[R, I]):
         description: str = "",
         status_meanings: Mapping[str, str] | None = None,
         beside_the_table: Sequence[Callable[..., Any]] = (),
-        module: str | None = None,
+        module: str,
+        declared_in: Sequence[str] = (),
     ) -> None:
         from lifecycles.machines import checks  # the checks read the declaration
 
-        # The module that declares the table: where `lifecycles check` looks for the
-        # exploration inputs declared beside it (``<module>_inputs``).
-        self.module = module or str(sys._getframe(1).f_globals.get("__name__", ""))
+        # The module that declares the table (``module=__name__``), and the modules where
+        # the tools find what is declared beside it (its Exploration, audit notes, an
+        # app's hooks): names, not imports, since those modules import the table.
+        self.module = module
+        self.declared_in = tuple(declared_in)
         self._observers: tuple[TransitionObserver, ...] = ()
 
         self.name = name

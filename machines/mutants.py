@@ -121,6 +121,7 @@ def redeclared(lifecycle: Lifecycle[Any, Any], **changed: Any) -> Lifecycle[Any,
         handling=lifecycle.handling, description=lifecycle.description,
         status_meanings=lifecycle.status_meanings,
         beside_the_table=lifecycle.beside_the_table, module=lifecycle.module,
+        declared_in=lifecycle.declared_in,
     )
     declared.update(changed)
     table = declared["table"]

@@ -244,7 +244,7 @@ class WorkerDrainer(MonitorDrainer):
     def work(self, dsn: str, items: Sequence[str], index: int, recorder: Recorder) -> None:
         from lifecycles.machines.monitor import MONITOR as TABLE_MONITOR
         from lifecycles.machines.monitor import read_answer
-        from lifecycles.monitor_schema import open_monitor_store
+        from lifecycles.monitor.schema import open_monitor_store
         from lifecycles.worker import Worker
 
         reader = Reader(items, recorder)

@@ -169,6 +169,8 @@ def new_refund(refund_id: str, *, amount_cents: int, currency: str, now: float,
 GUARDS, EFFECTS = named_in(TABLE, LEASE, RETRY, mark_cancelled)
 
 REFUND: Lifecycle[Refund, WorkInputs] = Lifecycle(
+    module=__name__,
+    declared_in=[".lifecycle_inputs"],  # its exploration, beside this file
     name="refund",
     description="A worker leases a submitted refund and asks the payment provider; "
                 "failures are retried with backoff, expired leases rescued.",

@@ -299,6 +299,8 @@ def mark_expired(r: R, i: I) -> Changes:
 
 
 REVIEW: Lifecycle[ReviewRecord, ReviewInputs] = Lifecycle(
+    module=__name__,
+    declared_in=[".lifecycle_inputs"],  # its exploration, beside this file
     name="review",
     description="A reviewer leases a submitted document and decides before its deadline.",
     statuses=ReviewStatus,

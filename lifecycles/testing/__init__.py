@@ -5,7 +5,7 @@
   that checks the store against the pure machine, with transition coverage;
 * :mod:`lifecycles.testing.plugin`: the pytest plugin (Hypothesis profiles ``ci`` and
   ``deep``, the coverage report, ``--lifecycles-require-coverage``);
-* :mod:`lifecycles.testing.monitor` and :mod:`lifecycles.testing.outbox`: the
+* :mod:`lifecycles.monitor.strategies` and :mod:`lifecycles.outbox.strategies`: the
   Hypothesis strategies that the shipped lifecycles' generated tests draw their inputs
   from (their explorations name them; Hypothesis is imported only when they draw), for
   users writing their own tests of the monitor or the outbox.

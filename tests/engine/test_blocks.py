@@ -109,6 +109,7 @@ def tasks(lease: Leasing | None = None, policy: Retry | None = None,
     policy = policy or retry(lease)
     guards, effects = named_in(table, lease, policy)
     return Lifecycle(
+        module=__name__,
         name="tasks", statuses=Status, table=table, initial=Status.IDLE,
         final=[Status.DONE, Status.DEAD], creation="create", guards=guards, effects=effects,
         invariants=InvariantSet("task.state_invalid",

@@ -17,7 +17,7 @@ import pytest
 from lifecycles.machines.exploration import explore
 from lifecycles.machines.memo import ByIdentity, memoized
 from lifecycles.machines.monitor import parse_answer, poll_step, reader_error_code
-from lifecycles.machines.monitor_inputs import (
+from lifecycles.machines.monitor.inputs import (
     CAPABILITIES_SHA256,
     Poll,
     ReadFailure,
@@ -40,7 +40,8 @@ def test_each_memoized_choice_list_is_the_one_computed_afresh(move: str) -> None
 @pytest.mark.parametrize("kinds", ["progress", "success", "failure", "rejected"])
 def test_the_responses_built_once_per_notification_are_the_ones_built_afresh(
         kinds: str) -> None:
-    from lifecycles.machines import monitor_inputs, monitor_responses
+    from lifecycles.machines.monitor import inputs as monitor_inputs
+    from lifecycles.machines.monitor import responses as monitor_responses
 
     afresh = getattr(monitor_responses, f"{kinds}_responses")
     once = memoized(monitor_inputs.IDENTITY, afresh)
@@ -108,7 +109,7 @@ class Counting:
 def test_a_repeated_fire_is_told_to_every_observer_as_the_engine_tells_it() -> None:
     """The search fires each (trigger, inputs) once per state; a repeat is still an attempt
     (and a row fired) for every observer, as before: the pinned coverage counts them."""
-    from lifecycles.machines.monitor_inputs import EXPLORATION
+    from lifecycles.machines.monitor.inputs import EXPLORATION
 
     counting = Counting()
     with EXPLORATION.lifecycle.observing(counting):

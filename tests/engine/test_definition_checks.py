@@ -81,6 +81,7 @@ def valid_table() -> list[dict[str, Any]]:
 def declaration(**changes: Any) -> dict[str, Any]:
     """The keyword arguments of a valid lifecycle, with ``changes`` applied."""
     arguments: dict[str, Any] = {
+        "module": __name__,
         "name": "demo",
         "statuses": Job,
         "table": valid_table(),

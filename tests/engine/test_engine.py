@@ -251,6 +251,7 @@ def count_at_most_two(r: Counter) -> bool:
 
 def demo(**changes: Any) -> Lifecycle[Counter, dict[str, Any]]:
     arguments: dict[str, Any] = {
+        "module": __name__,
         "name": "demo",
         "statuses": Step,
         "table": [
@@ -417,6 +418,7 @@ def test_table_version_changes_when_a_row_is_added() -> None:
 
 def _monitor_with(table: list[dict[str, Any]]) -> Lifecycle[MonitorRecord, MonitorInputs]:
     return Lifecycle(
+        module=__name__,
         name=MONITOR.name, statuses=MonitorStatus, table=table, initial=MONITOR.initial,
         final=MONITOR.final, creation=MONITOR.creation, guards=MONITOR.guards.values(),
         effects=MONITOR.effects.values(), invariants=MONITOR.invariants,
@@ -573,6 +575,7 @@ def move_window(r: Window, i: dict[str, int]) -> Changes:
 
 
 WINDOW: Lifecycle[Window, dict[str, int]] = Lifecycle(
+    module=__name__,
     name="window", statuses=Phase,
     table=[{"trigger": "move", "source": "open", "dest": "open", "after": "move_window"},
            {"trigger": "close", "source": "open", "dest": "closed"}],
@@ -617,6 +620,7 @@ def move_high(r: Range, i: dict[str, int]) -> Changes:
 
 
 RANGE: Lifecycle[Range, dict[str, int]] = Lifecycle(
+    module=__name__,
     name="range", statuses=Phase,
     table=[{"trigger": "move", "source": "open", "dest": "open", "after": "move_high"},
            {"trigger": "close", "source": "open", "dest": "closed"}],

@@ -24,9 +24,9 @@ import pytest
 
 from lifecycles.loading import load_exploration
 from lifecycles.machines.exploration import Exploration, explore
-from lifecycles.machines.monitor_inputs import EXPLORATION as MONITOR_EXPLORATION
-from lifecycles.machines.monitor_inputs import monitor_exploration
-from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX_EXPLORATION
+from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
+from lifecycles.machines.monitor.inputs import monitor_exploration
+from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION
 from lifecycles.machines.partition import explore_apart
 
 ROOT = Path(__file__).resolve().parents[2]

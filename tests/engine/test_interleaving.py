@@ -22,7 +22,7 @@ from lifecycles.machines.interleaving import (
 )
 from lifecycles.machines.liveness import liveness
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.machines.monitor_inputs import EXPLORATION as MONITOR_EXPLORATION
+from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.mutants import redeclared
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -223,7 +223,7 @@ def test_sizes_outside_the_declared_bounds_are_refused() -> None:
 
 
 def test_a_lifecycle_without_workers_cannot_be_interleaved() -> None:
-    from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX
+    from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX
 
     with pytest.raises(ValueError, match="declares no workers"):
         explore_workers(OUTBOX)

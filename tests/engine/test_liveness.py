@@ -12,8 +12,8 @@ import attrs
 
 from lifecycles.machines.exploration import AcceptedCycle, Graph, explore
 from lifecycles.machines.liveness import liveness
-from lifecycles.machines.monitor_inputs import EXPLORATION as MONITOR_EXPLORATION
-from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX_EXPLORATION
+from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
+from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION
 
 
 def graph(final: list[bool], edges: dict[int, list[tuple[int, str, bool]]]) -> Graph:

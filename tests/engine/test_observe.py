@@ -313,7 +313,7 @@ def test_a_lease_digest_is_eight_hex_digits_of_sha256() -> None:
 
 def test_the_outbox_replay_logs_and_counts_its_exclusive_steps(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, reader: InMemoryMetricReader) -> None:
-    from lifecycles.outbox import CloseOutbox, CloseRequest
+    from lifecycles.outbox.facade import CloseOutbox, CloseRequest
 
     outbox = CloseOutbox(state_dir=tmp_path)
     for i in range(2):

@@ -103,6 +103,7 @@ def anything(r: Any) -> bool:
 
 def lifecycle(record_type: type, after: str) -> Lifecycle[Any, dict[str, Any]]:
     return Lifecycle(
+        module=__name__,
         name=f"hooks_{record_type.__name__.lower()}",
         statuses=Phase,
         table=[{"trigger": "close", "source": "open", "dest": "closed", "after": after}],

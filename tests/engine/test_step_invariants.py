@@ -24,9 +24,9 @@ from lifecycles.invariants.outbox import OutboxRecord
 from lifecycles.machines.core import Changes, Lifecycle, effect
 from lifecycles.machines.exploration import Exploration, explore, trigger_move
 from lifecycles.machines.monitor import MONITOR, MonitorInputs
-from lifecycles.machines.monitor_inputs import EXPLORATION as MONITOR_EXPLORATION
+from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs
-from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX_EXPLORATION
+from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION
 from lifecycles.machines.work import Step
 from lifecycles.stores.memory import MemoryStore
 from lifecycles.stores.sqlite import SQLiteStore
@@ -63,6 +63,7 @@ def count_never_decreases(before: Tally, after: Tally) -> bool:
 
 
 TALLY: Lifecycle[Tally, dict[str, Any]] = Lifecycle(
+    module=__name__,
     name="tally",
     statuses=Phase,
     table=[
@@ -247,8 +248,8 @@ def test_each_new_outbox_step_rule_can_fail() -> None:
 
 
 def test_every_answer_the_monitor_exploration_feeds_declares_where_it_ends() -> None:
-    from lifecycles.machines.monitor_inputs import ANSWER_ENDS
-    from lifecycles.machines.monitor_responses import responses
+    from lifecycles.machines.monitor.inputs import ANSWER_ENDS
+    from lifecycles.machines.monitor.responses import responses
 
     record = monitor_record(MonitorStatus.LEASED)
     labels = [label for label, _ in responses(record)]

@@ -22,9 +22,9 @@ from support.postgres import connect_in, require_postgres, temporary_schema
 from lifecycles.machines.core import Lifecycle, Row
 from lifecycles.machines.exploration import Exploration, explore
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.machines.monitor_inputs import EXPLORATION as MONITOR_EXPLORATION
+from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.outbox import OUTBOX
-from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX_EXPLORATION
+from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION
 from lifecycles.machines.symbolic import NoSymbolicForm, SymbolicRow, symbolic_row
 from lifecycles.stores.sql import SQLStore
 from lifecycles.stores.sql_rules import bind_inputs, rules_in_sql

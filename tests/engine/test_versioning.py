@@ -79,7 +79,7 @@ KEY_RULE = matches("key_ok", r"[a-z]{1,8}")
 
 def lifecycle(**changed: Any) -> Lifecycle[Any, Any]:
     declared: dict[str, Any] = dict(
-        name="versioned", statuses=Status, initial=Status.NEW, final=[Status.DONE],
+        module=__name__, name="versioned", statuses=Status, initial=Status.NEW, final=[Status.DONE],
         creation="create",
         table=[{"trigger": "finish", "source": "new", "dest": "done",
                 "conditions": ["ready"], "after": "bump"}],

@@ -14,7 +14,7 @@ from support.postgres import connect_in, require_postgres, temporary_schema
 
 from lifecycles.cli import main
 from lifecycles.machines.monitor import MONITOR, MonitorInputs
-from lifecycles.monitor import DurableTerminalProcessingMonitor
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 
 # e0 succeeded, e1 leased by w1 until 130, e2 pending (registered at 10).
 

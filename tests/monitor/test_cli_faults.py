@@ -19,8 +19,8 @@ import pytest
 from support.monitor import CAPABILITIES, notification
 
 from lifecycles.cli import main
-from lifecycles.monitor import DurableTerminalProcessingMonitor
-from lifecycles.monitor_schema import TABLE
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
+from lifecycles.monitor.schema import TABLE
 from lifecycles.stores.sqlite import connect
 
 CODE = "terminal_processing_monitor."

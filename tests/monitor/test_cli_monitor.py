@@ -15,7 +15,7 @@ from support.monitor import CAPABILITIES, notification, three_items
 from support.postgres import connect_in, require_postgres, temporary_schema
 
 from lifecycles.cli import main
-from lifecycles.monitor import DurableTerminalProcessingMonitor
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 
 
 @pytest.fixture
@@ -233,7 +233,7 @@ def test_a_locked_database_exits_7_not_blocked(
 def test_a_lock_met_during_the_call_exits_7_too(
     database: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lifecycles.monitor import blocked
+    from lifecycles.monitor.facade import blocked
 
     def locked_mid_call(*args: object, **kwargs: object) -> None:
         raise blocked("terminal_processing_monitor.database_unreachable")

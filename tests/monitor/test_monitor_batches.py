@@ -19,7 +19,7 @@ import pytest
 from support.monitor import CAPABILITIES, ReaderError, answer, notification
 from support.postgres import DSN, connect_in, require_postgres, temporary_schema
 
-from lifecycles.monitor import (
+from lifecycles.monitor.facade import (
     DurableTerminalProcessingMonitor,
     InputInvalid,
     LeaseLost,

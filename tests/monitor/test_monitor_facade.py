@@ -30,7 +30,7 @@ from lifecycles.invariants.monitor import (
 )
 from lifecycles.invariants.monitor_messages import NOTIFICATION_RULES
 from lifecycles.machines.monitor import RetryPolicy
-from lifecycles.monitor import (
+from lifecycles.monitor.facade import (
     RULE_CODES,
     DurableTerminalProcessingMonitor,
     InputInvalid,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from support.monitor import CAPABILITIES, answer, notification
 
-from lifecycles.monitor import DurableTerminalProcessingMonitor
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 from lifecycles.stores.sqlite import connect
 
 CODE = "terminal_processing_monitor."

@@ -34,7 +34,7 @@ from lifecycles.machines.monitor import (
     reader_error_code,
     retry_delay,
 )
-from lifecycles.monitor_values import status_of
+from lifecycles.monitor.values import status_of
 
 CODE = "terminal_processing_monitor."
 BOTH = pytest.mark.parametrize("module", ["reference", "lifecycles"])

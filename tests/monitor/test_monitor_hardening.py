@@ -33,7 +33,7 @@ from support.monitor import (
 )
 from support.postgres import DSN, connect_in, require_postgres, temporary_schema
 
-from lifecycles.monitor import (
+from lifecycles.monitor.facade import (
     DurableTerminalProcessingMonitor,
     TerminalProcessingMonitorBlocked,
 )
@@ -187,7 +187,7 @@ POSTGRES_CHANGES: dict[str, list[str]] = {
 
 
 def plant_postgres(other: Any, change: str) -> None:
-    from lifecycles.monitor_schema import MonitorSchema, render
+    from lifecycles.monitor.schema import MonitorSchema, render
     from lifecycles.stores.postgres import PostgresDialect
 
     statements = list(POSTGRES_CHANGES[change])

@@ -20,7 +20,7 @@ import pytest
 from support.monitor import CAPABILITIES, TABLE, pending_items, table_dump
 
 from lifecycles.loading import import_target
-from lifecycles.monitor import DurableTerminalProcessingMonitor, StateInvalid, StorageBlocked
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StateInvalid, StorageBlocked
 from lifecycles.stores.sql_rules import BROKEN_ROWS_SHOWN
 from lifecycles.stores.sqlite import SQLiteStore
 

@@ -27,7 +27,7 @@ import pytest
 from support.monitor import CAPABILITIES, answer, notification
 
 from lifecycles.machines import LifecycleError
-from lifecycles.monitor import (
+from lifecycles.monitor.facade import (
     DatabaseUnreachable,
     DurableTerminalProcessingMonitor,
     InputInvalid,

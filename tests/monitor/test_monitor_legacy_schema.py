@@ -20,8 +20,8 @@ from support.monitor import CAPABILITIES, answer, notification
 from support.postgres import Connect, pg_connect, pg_schema
 
 from lifecycles.cli import main
-from lifecycles.monitor import DurableTerminalProcessingMonitor, InputInvalid, StorageBlocked
-from lifecycles.monitor_schema import META, TABLE
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, InputInvalid, StorageBlocked
+from lifecycles.monitor.schema import META, TABLE
 from lifecycles.stores.base import SchemaMismatch
 
 __all__ = ["pg_connect", "pg_schema"]  # fixtures, used by name

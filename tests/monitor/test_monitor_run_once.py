@@ -33,7 +33,7 @@ import pytest
 from support.monitor import CAPABILITIES, ReaderError, answer, notification
 
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.monitor import DurableTerminalProcessingMonitor, LeaseLost, StateInvalid
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, LeaseLost, StateInvalid
 
 TOP_LEVEL_STATEMENTS = 3
 ROW_READS = 1

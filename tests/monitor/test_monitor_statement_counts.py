@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from support.monitor import CAPABILITIES, answer, notification
 
-from lifecycles.monitor import DurableTerminalProcessingMonitor
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 from lifecycles.stores.sqlite import SQLiteDialect
 
 TABLE = "cms_source_terminal_processing"

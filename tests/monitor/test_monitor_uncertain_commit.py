@@ -30,7 +30,7 @@ from support.pg_proxy import Cut, Exchange, Proxied, commit_of, proxied_connecti
 from support.postgres import pg_schema, require_postgres
 
 from lifecycles.machines.core import LifecycleError
-from lifecycles.monitor import (
+from lifecycles.monitor.facade import (
     DatabaseUnreachable,
     DurableTerminalProcessingMonitor,
     StorageBlocked,

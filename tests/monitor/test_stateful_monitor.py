@@ -10,8 +10,8 @@ from __future__ import annotations
 from support.stateful import on_memory_and_sqlite
 
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.machines.monitor_inputs import CAPABILITIES_SHA256
-from lifecycles.monitor_schema import MonitorSchema
+from lifecycles.machines.monitor.inputs import CAPABILITIES_SHA256
+from lifecycles.monitor.schema import MonitorSchema
 
 TestMonitorOnMemory, TestMonitorOnSQLite = on_memory_and_sqlite(
     MONITOR, "monitor", schema=lambda: MonitorSchema(CAPABILITIES_SHA256, MONITOR)

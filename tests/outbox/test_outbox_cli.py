@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lifecycles.cli import COMMAND_MODULES, main
-from lifecycles.outbox import CloseOutbox, CloseRequest
+from lifecycles.outbox.facade import CloseOutbox, CloseRequest
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -30,7 +30,7 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 def test_the_command_is_registered() -> None:
-    assert "lifecycles.cli_outbox" in COMMAND_MODULES
+    assert "lifecycles.outbox.cli" in COMMAND_MODULES
 
 
 def test_status_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from support.reference import require_reference
 
-import lifecycles.outbox as ours
+import lifecycles.outbox.facade as ours
 
 FIXED_NOW = "2026-01-02T03:04:05.000006+00:00"
 

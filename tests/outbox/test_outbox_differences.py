@@ -30,7 +30,7 @@ import pytest
 from support.outbox import alarm
 from support.reference import require_reference
 
-import lifecycles.outbox as ours
+import lifecycles.outbox.facade as ours
 
 ref = require_reference("close_outbox")
 

@@ -13,7 +13,7 @@ import pytest
 from lifecycles.cli import main
 from lifecycles.invariants.core import canonical_json
 from lifecycles.machines.outbox import OUTBOX
-from lifecycles.outbox import CloseOutbox, CloseRequest
+from lifecycles.outbox.facade import CloseOutbox, CloseRequest
 
 NOW = "2026-02-01T00:00:00+00:00"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycles.outbox import (
+from lifecycles.outbox.facade import (
     CloseOutbox,
     CloseOutboxError,
     CloseRequest,

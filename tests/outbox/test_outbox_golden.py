@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import pytest
 
-import lifecycles.outbox as ours
+import lifecycles.outbox.facade as ours
 from lifecycles.invariants.core import InvariantViolation, canonical_json
 from lifecycles.invariants.outbox import MAX_PAYLOAD_BYTES, OutboxStatus, entry_id_for
 from lifecycles.machines.core import TransitionRefused

@@ -33,8 +33,8 @@ import pytest
 from support.outbox import alarm, entry_id_of, make_request, store_root
 
 import lifecycles.outbox as outbox
-from lifecycles.cli_outbox import outbox_status
 from lifecycles.invariants.outbox import MAX_RECORD_FILE_BYTES
+from lifecycles.outbox.cli import outbox_status
 
 RUN = "run-hostile"
 DIRECTORIES = ("pending", "delivered", "quarantine")

@@ -34,7 +34,7 @@ from lifecycles.invariants.outbox import (
     record_bytes,
 )
 from lifecycles.machines.outbox import OUTBOX
-from lifecycles.outbox import OUTBOX_LAYOUT, CloseRequest, InvalidCloseRequestError
+from lifecycles.outbox.facade import OUTBOX_LAYOUT, CloseRequest, InvalidCloseRequestError
 from lifecycles.stores.files import FilesStore, UntrustedRecord
 
 NOW = "2026-03-04T05:06:07.000008+00:00"

@@ -18,7 +18,7 @@ import pytest
 from support.outbox import tree_snapshot
 from support.reference import require_reference
 
-import lifecycles.outbox as ours
+import lifecycles.outbox.facade as ours
 
 ref = require_reference("close_outbox")
 

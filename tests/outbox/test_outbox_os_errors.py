@@ -38,7 +38,7 @@ from support.outbox import tree_snapshot
 
 from lifecycles.cli import build_parser, main
 from lifecycles.machines.core import LifecycleError
-from lifecycles.outbox import (
+from lifecycles.outbox.facade import (
     CloseOutbox,
     CloseOutboxError,
     CloseRequest,

@@ -24,7 +24,7 @@ from support.outbox import tree_snapshot
 from lifecycles.cli import main
 from lifecycles.invariants.core import canonical_json
 from lifecycles.invariants.outbox import MAX_JSON_DEPTH, shown
-from lifecycles.outbox import (
+from lifecycles.outbox.facade import (
     CloseOutbox,
     CloseRequest,
     InvalidCloseRequestError,

@@ -36,7 +36,7 @@ from lifecycles.invariants.outbox import (
     entry_id_for,
 )
 from lifecycles.machines.outbox import OUTBOX
-from lifecycles.outbox import (
+from lifecycles.outbox.facade import (
     OUTBOX_LAYOUT,
     CloseOutbox,
     CloseRequest,

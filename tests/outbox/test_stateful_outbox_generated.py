@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lifecycles.invariants.outbox import OutboxRecord
 from lifecycles.machines.outbox import OUTBOX
-from lifecycles.outbox import OUTBOX_LAYOUT
+from lifecycles.outbox.facade import OUTBOX_LAYOUT
 from lifecycles.stores.files import FilesStore
 from lifecycles.stores.memory import MemoryStore
 from lifecycles.testing import build_state_machine

@@ -48,6 +48,7 @@ def tag_done(record: Doc, inputs: Any) -> Changes:
 
 
 DOCS: Lifecycle[Doc, Any] = Lifecycle(
+    module=__name__,
     name="docs", statuses=DocStatus,
     table=[{"trigger": "finish", "source": "open", "dest": "done", "after": "tag_done"}],
     initial=DocStatus.OPEN, final=[DocStatus.DONE], creation="create", guards=[],

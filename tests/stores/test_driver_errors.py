@@ -32,7 +32,7 @@ from support.store_operations import (
 )
 
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.monitor import DatabaseUnreachable, DurableTerminalProcessingMonitor
+from lifecycles.monitor.facade import DatabaseUnreachable, DurableTerminalProcessingMonitor
 from lifecycles.stores.base import StoreUnavailable
 from lifecycles.stores.sqlite import SQLiteStore, connect
 

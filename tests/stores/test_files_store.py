@@ -23,8 +23,8 @@ import pytest
 
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs
-from lifecycles.outbox import OUTBOX_LAYOUT, CloseRequest
-from lifecycles.outbox import new_record as new_outbox_record
+from lifecycles.outbox.facade import OUTBOX_LAYOUT, CloseRequest
+from lifecycles.outbox.facade import new_record as new_outbox_record
 from lifecycles.stores.base import StaleRecord
 from lifecycles.stores.files import (
     FilesLayout,
@@ -288,7 +288,7 @@ def test_threads_take_turns(tmp_path: Path) -> None:
 HOLD_LOCK = """
 import sys
 from lifecycles.machines.outbox import OUTBOX
-from lifecycles.outbox import OUTBOX_LAYOUT
+from lifecycles.outbox.facade import OUTBOX_LAYOUT
 from lifecycles.stores.files import FilesStore
 store = FilesStore(OUTBOX, sys.argv[1], OUTBOX_LAYOUT)
 with store.locked():

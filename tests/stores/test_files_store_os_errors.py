@@ -41,8 +41,8 @@ from support.os_faults import (
 from lifecycles.machines.core import LifecycleError
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs
-from lifecycles.outbox import OUTBOX_LAYOUT, CloseRequest
-from lifecycles.outbox import new_record as new_outbox_record
+from lifecycles.outbox.facade import OUTBOX_LAYOUT, CloseRequest
+from lifecycles.outbox.facade import new_record as new_outbox_record
 from lifecycles.stores.base import StoreDamaged, StoreUnavailable
 from lifecycles.stores.files import (
     FilesDamaged,

@@ -24,8 +24,8 @@ import pytest
 
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs
-from lifecycles.outbox import OUTBOX_LAYOUT, CloseRequest
-from lifecycles.outbox import new_record as new_outbox_record
+from lifecycles.outbox.facade import OUTBOX_LAYOUT, CloseRequest
+from lifecycles.outbox.facade import new_record as new_outbox_record
 from lifecycles.stores.base import StaleRecord
 from lifecycles.stores.files import FilesStore, UntrustedRecord, canonical_json
 

@@ -19,7 +19,7 @@ from support.postgres import connect_in, temporary_schema
 from lifecycles.machines import lease
 from lifecycles.machines.core import Lifecycle
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.monitor_schema import MonitorSchema
+from lifecycles.monitor.schema import MonitorSchema
 from lifecycles.registry import registered
 from lifecycles.stores.postgres import PostgresStore
 from lifecycles.stores.sql import SQLStore

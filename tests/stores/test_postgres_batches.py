@@ -39,7 +39,7 @@ from lifecycles.machines import lease
 from lifecycles.machines.core import Lifecycle, Row
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.machines.work import Returned
-from lifecycles.monitor_schema import MonitorSchema
+from lifecycles.monitor.schema import MonitorSchema
 from lifecycles.stores.base import SchemaMismatch, Store, StoreDamaged, UniqueViolation
 from lifecycles.worker import LeaseWork
 

@@ -22,7 +22,7 @@ from support.postgres import Connect, pg_connect, pg_schema, require_postgres
 from lifecycles.machines import lease
 from lifecycles.machines.core import Lifecycle, Row
 from lifecycles.machines.monitor import MONITOR, MonitorInputs
-from lifecycles.monitor import DurableTerminalProcessingMonitor, StateInvalid
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StateInvalid
 from lifecycles.stores.base import StoreDamaged
 from lifecycles.stores.postgres import PostgresStore
 from lifecycles.stores.sql_claim import claim_in_place

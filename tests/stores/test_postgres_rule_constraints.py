@@ -26,8 +26,8 @@ from lifecycles.invariants.core import InvariantViolation, build_record, field_r
 from lifecycles.invariants.monitor import COLUMNS, STATE_INVALID, MonitorRecord
 from lifecycles.loading import import_target
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.monitor import DurableTerminalProcessingMonitor, StateInvalid
-from lifecycles.monitor_schema import TABLE
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StateInvalid
+from lifecycles.monitor.schema import TABLE
 from lifecycles.stores.postgres import PostgresDialect
 from lifecycles.stores.postgres_rules import (
     MAX_NAME,

@@ -18,8 +18,8 @@ from support.postgres import Connect, pg_connect, pg_schema, require_postgres
 
 from lifecycles.invariants.monitor import COLUMNS
 from lifecycles.machines.monitor import MONITOR, MonitorInputs
-from lifecycles.monitor import DurableTerminalProcessingMonitor, StorageBlocked
-from lifecycles.monitor_schema import open_monitor_store, render
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StorageBlocked
+from lifecycles.monitor.schema import open_monitor_store, render
 from lifecycles.stores.base import UniqueViolation
 from lifecycles.stores.postgres import (
     PostgresDialect,

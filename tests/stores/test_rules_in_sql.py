@@ -44,7 +44,7 @@ from lifecycles.invariants.monitor import (
     MonitorRecord,
 )
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.monitor_schema import TABLE, MonitorSchema
+from lifecycles.monitor.schema import TABLE, MonitorSchema
 from lifecycles.stores.postgres import PostgresDialect
 from lifecycles.stores.sql import Dialect
 from lifecycles.stores.sql_health import HealthQueries

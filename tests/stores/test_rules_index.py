@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from support.monitor import CAPABILITIES, TABLE, pending_items, table_dump
 
-from lifecycles.monitor import DurableTerminalProcessingMonitor, StateInvalid
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StateInvalid
 from lifecycles.stores.sql_health import HealthQueries
 
 PREFIX = f"{TABLE}_rules_"

@@ -16,7 +16,7 @@ import pytest
 
 from lifecycles.machines import lease
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.monitor_schema import QUERIES, MonitorSchema, parse_named_blocks, render
+from lifecycles.monitor.schema import QUERIES, MonitorSchema, parse_named_blocks, render
 from lifecycles.registry import registered
 from lifecycles.stores.postgres import PostgresDialect
 from lifecycles.stores.sql import SQLSchema
@@ -32,7 +32,7 @@ def lifecycle_modules() -> set[str]:
     modules: set[str] = set()
     for name, lifecycle in registered().items():
         modules |= {lifecycle.module, lifecycle.record_type.__module__, f"lifecycles.{name}"}
-        modules.add(f"lifecycles.{name}_")  # a prefix: lifecycles.monitor_schema, ...
+        modules.add(f"lifecycles.{name}_")  # a prefix: lifecycles.monitor.schema, ...
     return modules
 
 
@@ -65,10 +65,10 @@ def test_the_import_check_sees_what_it_looks_for(tmp_path: Path) -> None:
     planted = tmp_path / "planted.py"
     planted.write_text(
         "from lifecycles.machines.monitor import MONITOR\n"
-        "def __getattr__(name):\n    import lifecycles.monitor_schema\n"
+        "def __getattr__(name):\n    import lifecycles.monitor.schema\n"
     )
     assert imports_of(planted)[:1] == ["lifecycles.machines.monitor"]
-    assert "lifecycles.monitor_schema" in imports_of(planted)
+    assert "lifecycles.monitor.schema" in imports_of(planted)
     assert "lifecycles.machines.monitor" in lifecycle_modules()
 
 

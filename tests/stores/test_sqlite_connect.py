@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from support.monitor import CAPABILITIES, notification
 
-from lifecycles.monitor import DurableTerminalProcessingMonitor
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 from lifecycles.stores.base import StoreUnavailable
 from lifecycles.stores.sqlite import connect
 

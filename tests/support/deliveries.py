@@ -57,6 +57,7 @@ TABLE: list[dict[str, Any]] = [
 ]
 
 DELIVERIES: Lifecycle[Message, MessageInputs] = Lifecycle(
+    module=__name__,
     name="deliveries", statuses=MessageStatus, table=TABLE, initial=MessageStatus.PENDING,
     final=[MessageStatus.DELIVERED], creation="send", guards=[],
     effects=[count_attempt, record_error],

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycles.invariants.monitor import COLUMNS
-from lifecycles.monitor_schema import META, TABLE, MonitorSchema
+from lifecycles.monitor.schema import META, TABLE, MonitorSchema
 from lifecycles.stores.sql import Dialect
 from support.monitor import CAPABILITIES, notification
 

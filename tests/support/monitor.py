@@ -13,7 +13,7 @@ from typing import Any
 
 from lifecycles.invariants.monitor import MonitorRecord
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
-from lifecycles.testing.monitor import ReaderError as PublicReaderError
+from lifecycles.monitor.strategies import ReaderError as PublicReaderError
 
 CAPABILITIES = "c" * 64
 NOTIFICATION_SCHEMA = "blun.cms-source-terminal-notification.v1"
@@ -74,9 +74,10 @@ def answer(event_id: str, site_id: str, kind: str, **overrides: Any) -> dict[str
 
 
 class ReaderError(PublicReaderError):
-    """What a CMS client raises: the public fake (:class:`lifecycles.testing.monitor.ReaderError`),
-    called as these tests call it: a code, whether the failure is retryable, and whether
-    it is a CMS notification failure (by default it is)."""
+    """What a CMS client raises: the public fake
+    (:class:`lifecycles.monitor.strategies.ReaderError`), called as these tests call it: a
+    code, whether the failure is retryable, and whether it is a CMS notification failure
+    (by default it is)."""
 
     def __init__(self, code: Any, retryable: Any, cms: Any = True) -> None:
         super().__init__(code, cms, retryable)
@@ -85,7 +86,7 @@ class ReaderError(PublicReaderError):
 def three_items(path: Path) -> Any:
     """A monitor database at ``path`` with e0, e1, e2 registered at 10 and e0 succeeded
     at 20 (the CLI tests' fixture); returns the monitor, still open."""
-    from lifecycles.monitor import DurableTerminalProcessingMonitor
+    from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 
     monitor = DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
     for index in range(3):
@@ -97,7 +98,7 @@ def three_items(path: Path) -> Any:
 def pending_items(path: Path, items: int) -> Any:
     """A monitor database at ``path`` with ``items`` pending items registered at 10,
     event ids e00, e01... (notification ids n00...); returns the monitor, still open."""
-    from lifecycles.monitor import DurableTerminalProcessingMonitor
+    from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 
     monitor = DurableTerminalProcessingMonitor(sqlite3.connect(path), CAPABILITIES)
     for index in range(items):

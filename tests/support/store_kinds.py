@@ -76,7 +76,7 @@ def _corrupt_memory(store: Store[Any], record: Any, field: str, value: Any) -> N
 
 def _monitor_schema(lifecycle: Lifecycle[Any, Any]) -> Any:
     """The monitor's exact reference schema (one object for SQLite and PostgreSQL)."""
-    from lifecycles.monitor_schema import MonitorSchema
+    from lifecycles.monitor.schema import MonitorSchema
 
     return MonitorSchema("c" * 64, lifecycle)
 

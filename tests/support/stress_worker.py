@@ -123,7 +123,7 @@ class Target:
 
 
 def monitor_on(connection: Any) -> Any:
-    from lifecycles.monitor import DurableTerminalProcessingMonitor
+    from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 
     return DurableTerminalProcessingMonitor(connection, CAPABILITIES, **TIMING)
 
@@ -215,7 +215,7 @@ def receiver(worker: str, lease_seconds: float, slow: float, seed: int) -> tuple
 
 def work(target: Target, worker: str, journal: Journal, lease_seconds: float, slow: float,
          deadline: float) -> None:
-    from lifecycles.monitor import LeaseLost
+    from lifecycles.monitor.facade import LeaseLost
 
     monitor = audited(monitor_on(target.connect()), target)
     read, last = receiver(worker, lease_seconds, slow, zlib.crc32(worker.encode()))

@@ -223,6 +223,8 @@ TABLE: list[dict[str, Any]] = [
 ]
 
 TASKS: Lifecycle[Task, TaskInputs] = Lifecycle(
+    module=__name__,
+    declared_in=[".tasks_inputs"],
     name="tasks",
     description="A task leased to a worker, retried with a backoff, renewed while it runs.",
     statuses=TaskStatus, table=TABLE, initial=TaskStatus.QUEUED,

@@ -18,7 +18,7 @@ import pytest
 
 from lifecycles.checker import EXIT_OK, EXIT_UNAVAILABLE, run_check
 from lifecycles.machines.exploration import explore
-from lifecycles.machines.monitor_inputs import EXPLORATION
+from lifecycles.machines.monitor.inputs import EXPLORATION
 
 
 def check(*bounds: str, names: tuple[str, ...] = ("monitor",), workers: int | None = None,

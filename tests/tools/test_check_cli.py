@@ -156,7 +156,11 @@ SOURCE = Path(sys.argv[1]).read_text()
 
 class EditedInPlace(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, name, path, target=None):
-        return importlib.util.spec_from_loader(name, self) if name == NAME else None
+        if name != NAME:
+            return None
+        spec = importlib.util.spec_from_loader(name, self, is_package=True)
+        spec.submodule_search_locations = [str(Path(SHIPPED).parent)]  # its inputs, audit
+        return spec
 
     def create_module(self, spec):
         return None
@@ -202,13 +206,15 @@ def test_an_invalid_shipped_declaration_exits_2_naming_its_line(tmp_path: Path) 
     assert json.loads(done.stdout) == {"error": "definition_invalid", "message": expected}
 
     # The other commands that need the table say the same, each in its own words.
-    for args in (["monitor", "health", "--db", "m.db", "--capabilities", "c" * 64, "--json"],
-                 ["outbox", "status", "--json"]):
+    for args in (["monitor", "health", "--db", "m.db", "--capabilities", "c" * 64, "--json"],):
         done = with_shipped_monitor(tmp_path, edited, *args)
         assert done.returncode == 2, done.stderr
         assert done.stderr == f"lifecycles: {expected}\n"
         assert json.loads(done.stdout) == {"error": "definition_invalid", "message": expected}
     assert not (tmp_path / "m.db").exists()
+    # The outbox's own commands never read the monitor's table.
+    done = with_shipped_monitor(tmp_path, edited, "outbox", "status", "--json")
+    assert "definition_invalid" not in done.stdout + done.stderr
     (tmp_path / "pages").mkdir()
     done = with_shipped_monitor(tmp_path, edited, "diagrams", "--output", "pages")
     assert (done.returncode, done.stdout, done.stderr) == (2, "", f"lifecycles: {expected}\n")
@@ -233,7 +239,7 @@ def test_a_shipped_module_that_raises_otherwise_is_a_bug_and_leaves_the_others_w
         assert done.stderr.startswith("lifecycles: unexpected error (RuntimeError: edited)")
     (tmp_path / "own_lifecycle.py").write_text(
         "from lifecycles.machines.outbox import OUTBOX\n"
-        "from lifecycles.machines.outbox_inputs import EXPLORATION\n")
+        "from lifecycles.machines.outbox.inputs import EXPLORATION\n")
     done = with_shipped_monitor(tmp_path, edited, "check", "--module", "own_lifecycle.py")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "checked 1 lifecycles" in done.stdout

@@ -20,7 +20,7 @@ from lifecycles.invariants.monitor import MonitorRecord
 from lifecycles.loading import find_exploration, load_exploration
 from lifecycles.machines.exploration import TraceMismatch, explore, replay
 from lifecycles.machines.monitor import MONITOR, RESPONSE_INVALID
-from lifecycles.machines.monitor_inputs import EXPLORATION, abstraction
+from lifecycles.machines.monitor.inputs import EXPLORATION, abstraction
 from lifecycles.registry import registered
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -226,7 +226,7 @@ def test_exploration_is_found_beside_the_table() -> None:
     assert found is not None
     exploration, spec = found
     assert exploration is EXPLORATION
-    assert spec == "lifecycles.machines.monitor_inputs:EXPLORATION"
+    assert spec == "lifecycles.machines.monitor.inputs:EXPLORATION"
     assert load_exploration(spec) is EXPLORATION
 
 

@@ -50,6 +50,7 @@ def run_command(*argv: str) -> int:
 def rebuilt(lifecycle: AnyLifecycle, **changes: Any) -> AnyLifecycle:
     """A new lifecycle with the same declaration as ``lifecycle`` except ``changes``."""
     declaration: dict[str, Any] = {
+        "module": __name__,
         "name": lifecycle.name,
         "statuses": lifecycle.statuses,
         "table": [dict(row) for row in lifecycle.table],
@@ -102,6 +103,7 @@ class OddRecord:
 
 
 ODD: AnyLifecycle = Lifecycle(
+    module=__name__,
     name="odd",
     statuses=OddStatus,
     table=[

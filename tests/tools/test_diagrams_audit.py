@@ -19,8 +19,7 @@ import pytest
 from support.monitor import CAPABILITIES, notification
 
 import lifecycles.machines.monitor as monitor_machine
-import lifecycles.outbox as outbox_facade
-from lifecycles import monitor_errors
+import lifecycles.outbox.facade as outbox_facade
 from lifecycles.diagrams import generate
 from lifecycles.diagrams_audit import declared
 from lifecycles.diagrams_page import page
@@ -30,8 +29,9 @@ from lifecycles.machines.audit import FiredBy, PublicErrors, RecordedCodes
 from lifecycles.machines.core import Lifecycle
 from lifecycles.machines.monitor import CODE, MONITOR, AnswerRefused, MonitorInputs, poll_step
 from lifecycles.machines.outbox import OUTBOX
-from lifecycles.monitor import DurableTerminalProcessingMonitor
-from lifecycles.monitor_errors import TerminalProcessingMonitorBlocked
+from lifecycles.monitor import errors as monitor_errors
+from lifecycles.monitor.errors import TerminalProcessingMonitorBlocked
+from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 from lifecycles.registry import import_target, registered
 
 AnyLifecycle = Lifecycle[Any, Any]
@@ -64,9 +64,9 @@ def table(text: str) -> list[list[str]]:
 
 # --- item 1: error codes -------------------------------------------------------------
 
-MONITOR_SOURCES = [ROOT / "lifecycles" / f"{name}.py" for name in (
-    "monitor", "monitor_errors", "monitor_schema", "cli_monitor")] + [
-    ROOT / "machines" / "monitor.py", ROOT / "machines" / "lease.py"]
+MONITOR_SOURCES = [ROOT / "lifecycles" / "monitor" / f"{name}.py" for name in (
+    "facade", "errors", "schema", "cli")] + [
+    ROOT / "machines" / "monitor" / "__init__.py", ROOT / "machines" / "lease.py"]
 STORE_SOURCES = sorted((ROOT / "stores").rglob("*.py"))
 
 

@@ -201,8 +201,8 @@ PUBLIC_PACKAGES = ("lifecycles", "lifecycles.machines", "lifecycles.invariants",
 # examples/monitor_defect.py, which puts a defect back into it), the test helpers, and the
 # commands' Python entry points (`main`, the pages' `generate`, the logs and metrics hooks).
 APP_MODULES = ("lifecycles.monitor", "lifecycles.outbox", "lifecycles.testing",
-               "lifecycles.testing.monitor", "lifecycles.testing.outbox",
-               "lifecycles.machines.monitor", "lifecycles.machines.monitor_inputs",
+               "lifecycles.monitor.strategies", "lifecycles.outbox.strategies",
+               "lifecycles.machines.monitor", "lifecycles.machines.monitor.inputs",
                "lifecycles.cli", "lifecycles.diagrams", "lifecycles.observe")
 # A driver's module, for its `connect` alone (each takes that driver's own options).
 DRIVER_NAMES = {"lifecycles.stores.sqlite": {"connect"}, "lifecycles.stores.postgres": {"connect"}}

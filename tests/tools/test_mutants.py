@@ -18,9 +18,9 @@ from lifecycles.checker import EXIT_FAILED, EXIT_OK, run_check
 from lifecycles.checker_mutants import judge, judge_all
 from lifecycles.invariants.core import InvariantSet
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.machines.monitor_inputs import EXPLORATION as MONITOR_EXPLORATION
+from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.mutants import KINDS, EquivalentMutant, mutants, redeclared
-from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX_EXPLORATION
+from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # examples/ imports as from a clone's root

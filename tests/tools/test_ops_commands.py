@@ -47,6 +47,7 @@ def lease_inputs(now, worker_id, token, seconds):
 
 
 BRITTLE = Lifecycle(
+    module=__name__,
     name="brittle", statuses=RefundStatus, table=TABLE, initial=RefundStatus.SUBMITTED,
     final=[RefundStatus.SUCCEEDED, RefundStatus.FAILED, RefundStatus.CANCELLED],
     creation="submit", guards=GUARDS, effects=EFFECTS, invariants=REFUND_INVARIANTS,
@@ -56,6 +57,7 @@ BRITTLE = Lifecycle(
 )
 
 BARE = Lifecycle(  # no Handling, and no exploration beside it: no inputs to assume
+    module=__name__,
     name="bare", statuses=RefundStatus, table=TABLE, initial=RefundStatus.SUBMITTED,
     final=[RefundStatus.SUCCEEDED, RefundStatus.FAILED, RefundStatus.CANCELLED],
     creation="submit", guards=GUARDS, effects=EFFECTS, invariants=REFUND_INVARIANTS,
@@ -74,6 +76,7 @@ from lifecycles.machines.core import Lifecycle
 from lifecycles.machines.exploration import Exploration
 
 EXPLORED = Lifecycle(
+    module=__name__,
     name="explored", statuses=RefundStatus, table=TABLE, initial=RefundStatus.SUBMITTED,
     final=[RefundStatus.SUCCEEDED, RefundStatus.FAILED, RefundStatus.CANCELLED],
     creation="submit", guards=GUARDS, effects=EFFECTS, invariants=REFUND_INVARIANTS,
@@ -480,7 +483,7 @@ def test_a_lifecycle_declaring_nothing_to_build_inputs_from(
     assert code == 1
     assert json.loads(out)["inputs_failure"] == (
         "NoInputsDeclared: bare declares no Handling and no exploration (in "
-        "ops_brittle_refunds_inputs or ops_brittle_refunds) to build its inputs from")
+        "ops_brittle_refunds or its declared_in) to build its inputs from")
     assert "NoInputsDeclared: bare declares no Handling" in one_line_error(err)
 
 
@@ -528,7 +531,7 @@ def test_the_monitor_through_the_generic_commands_agrees_with_its_own(
 
 def test_the_outbox_through_the_generic_commands(capsys: pytest.CaptureFixture[str],
                                                  tmp_path: Path) -> None:
-    from lifecycles.outbox import CloseOutbox, CloseRequest
+    from lifecycles.outbox.facade import CloseOutbox, CloseRequest
 
     outbox = CloseOutbox(state_dir=tmp_path)
     outbox.enqueue(CloseRequest("run-1", "tx", "complete", {"i": 1}))

@@ -42,6 +42,7 @@ def take_revision(r, i) -> Changes:
 
 REVIEW = review.REVIEW
 PLANTED = Lifecycle(
+    module=__name__,
     name="review", statuses=review.ReviewStatus, table=review.TABLE,
     initial=REVIEW.initial, final=REVIEW.final, creation=REVIEW.creation,
     guards=REVIEW.guards.values(),

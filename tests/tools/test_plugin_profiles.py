@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.machines.monitor_inputs import EXPLORATION
+from lifecycles.machines.monitor.inputs import EXPLORATION
 from lifecycles.stores.memory import MemoryStore
 from lifecycles.testing import build_state_machine
 
@@ -149,7 +149,7 @@ def test_hypothesis_explain_option_keeps_the_explain_phase(pytester: pytest.Pyte
     pytester.makepyfile(test_phases="""
         from hypothesis import Phase
         from lifecycles.machines.monitor import MONITOR
-        from lifecycles.machines.monitor_inputs import EXPLORATION
+        from lifecycles.machines.monitor.inputs import EXPLORATION
         from lifecycles.stores.memory import MemoryStore
         from lifecycles.testing import build_state_machine
 

@@ -17,7 +17,7 @@ from lifecycles.invariants.monitor import MonitorRecord
 from lifecycles.loading import load_exploration
 from lifecycles.machines.core import Row
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.machines.monitor_inputs import EXPLORATION
+from lifecycles.machines.monitor.inputs import EXPLORATION
 from lifecycles.stores.memory import MemoryStore
 from lifecycles.testing import StepFailed, build_state_machine, coverage_of
 
@@ -135,7 +135,7 @@ def test_rules_are_one_per_move_with_table_preconditions() -> None:
 
 REQUIRE_COVERAGE_TEST = """
     from lifecycles.machines.monitor import MONITOR
-    from lifecycles.machines.monitor_inputs import EXPLORATION
+    from lifecycles.machines.monitor.inputs import EXPLORATION
     from lifecycles.stores.memory import MemoryStore
     from lifecycles.testing import build_state_machine
     import attrs
@@ -200,8 +200,8 @@ def test_checking_imports_no_test_code_and_no_hypothesis() -> None:
 
 def test_the_declared_strategies_are_the_testing_modules() -> None:
     """Every strategy an exploration names resolves, lazily, to a lifecycles.testing function."""
-    from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX_EXPLORATION
-    from lifecycles.testing import monitor as monitor_strategies
+    from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION
+    from lifecycles.monitor import strategies as monitor_strategies
 
     for exploration in (EXPLORATION, OUTBOX_EXPLORATION):
         record = exploration.initial()[0]

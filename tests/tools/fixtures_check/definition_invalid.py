@@ -6,6 +6,7 @@ from fixtures_check.tiny import INVARIANTS, TABLE, Counter, Status, add_amount, 
 from lifecycles.machines.core import Lifecycle
 
 BROKEN = Lifecycle(  # the declaration check reports
+    module=__name__,
     name="broken", statuses=Status, initial=Status.OPEN, final=[Status.CLOSED],
     table=[*TABLE, {"trigger": "archive", "source": "closed", "dest": "archived"}],
     creation="create", guards=[room_left], effects=[add_amount], invariants=INVARIANTS,

@@ -68,6 +68,7 @@ TABLE: list[dict[str, Any]] = [
 def declare(name: str, guards: Iterable[Guard[Counter, Amount]] = (room_left,)
             ) -> Lifecycle[Counter, Amount]:
     return Lifecycle(
+        module=__name__,
         name=name, statuses=Status, table=TABLE, initial=Status.OPEN, final=[Status.CLOSED],
         creation="create", guards=guards, effects=[add_amount], invariants=INVARIANTS,
         record_type=Counter, key_field="key", not_allowed_code="tiny.not_allowed",

@@ -1,6 +1,6 @@
 """Hypothesis strategies for the monitor's generated tests, for users writing tests too.
 
-The monitor's exploration (:mod:`lifecycles.machines.monitor_inputs`, beside its table)
+The monitor's exploration (:mod:`lifecycles.machines.monitor.inputs`, beside its table)
 lists the finite inputs ``lifecycles check`` explores; the generated stateful tests
 (:func:`lifecycles.testing.build_state_machine`) draw from these strategies instead,
 which the exploration names move by move: any time from the record's clock on, other
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lifecycles.machines.monitor import MonitorInputs, MonitorRecord, new_record
-from lifecycles.machines.monitor_inputs import (
+from lifecycles.machines.monitor.inputs import (
     CLAIMER,
     INTRUDER,
     LEASE_SECONDS,
@@ -37,7 +37,7 @@ from lifecycles.machines.monitor_inputs import (
     held_inputs,
     near,
 )
-from lifecycles.machines.monitor_responses import (
+from lifecycles.machines.monitor.responses import (
     START,
     failure_responses,
     progress_responses,
@@ -57,7 +57,7 @@ def notification_for(event_id: str, **fields: Any) -> tuple[dict[str, Any], str]
     """A valid notification for ``event_id`` and its canonical SHA-256, the pair
     ``register`` takes; ``fields`` replace any of its values (the digest follows)."""
     from lifecycles.invariants.monitor_messages import NOTIFICATION_SCHEMA
-    from lifecycles.monitor import canonical_sha256
+    from lifecycles.monitor.facade import canonical_sha256
 
     notification: dict[str, Any] = {
         "schema": NOTIFICATION_SCHEMA, "notification_id": f"ntf-{event_id}",

@@ -76,7 +76,7 @@ from lifecycles.machines.monitor import (
     read_answer,
 )
 from lifecycles.machines.work import Leave, Raised, Result, Step
-from lifecycles.monitor_errors import (
+from lifecycles.monitor.errors import (
     RULE_CODES,
     DatabaseUnreachable,
     InputInvalid,
@@ -89,8 +89,8 @@ from lifecycles.monitor_errors import (
     refused,
     unique_is_collision,
 )
-from lifecycles.monitor_schema import MonitorSchema, open_monitor_store
-from lifecycles.monitor_values import (
+from lifecycles.monitor.schema import MonitorSchema, open_monitor_store
+from lifecycles.monitor.values import (
     MonitorRow,
     TerminalProcessingHealth,
     TerminalProcessingOutcome,
@@ -134,7 +134,7 @@ def canonical_sha256(value: Any) -> str:
 
 
 def _open_store(connection: Any, capabilities_sha256: str) -> SQLStore[MonitorRecord]:
-    # The reference schema is the monitor's own (lifecycles/monitor_schema.py).
+    # The reference schema is the monitor's own (lifecycles/monitor/schema.py).
     return open_monitor_store(connection, capabilities_sha256)
 
 

@@ -16,6 +16,12 @@ Rules, in prose (the table below is the spec):
 
 What a finished poll fires, from the receiver's answer or the reader's error, is one
 pure function, :func:`poll_step`; the facade only fires its result through its store.
+
+This package is the monitor's table; its submodules are what the checker and the pages
+read beside it: ``inputs`` (the exploration), ``responses`` (receiver answers it draws),
+``audit`` (page notes), ``mutants`` (equivalent mutants). The app that runs it is
+:mod:`lifecycles.monitor`; the record is :mod:`lifecycles.invariants.monitor` (what it
+reads from outside: :mod:`lifecycles.invariants.monitor_messages`).
 """
 
 from __future__ import annotations
@@ -522,6 +528,11 @@ def record_final_failure(r: Record, i: Inputs) -> Changes:
 
 
 MONITOR: Lifecycle[MonitorRecord, MonitorInputs] = Lifecycle(
+    module=__name__,
+    # Named, not imported: each of these imports this table. Its exploration, its auditor
+    # page notes, its public errors (the app's), what the generic tools ask of the app.
+    declared_in=["lifecycles.machines.monitor.inputs", "lifecycles.machines.monitor.audit",
+                 "lifecycles.monitor.errors", "lifecycles.monitor.hooks"],
     name="monitor",
     description=(
         "Observe a CMS receiver's processing of one terminal notification, with leases, "

@@ -1,5 +1,5 @@
 """The receiver's responses the monitor's exploration feeds, grouped by the trigger they
-aim at (:mod:`lifecycles.machines.monitor_inputs` reads them; its docstring lists them).
+aim at (:mod:`lifecycles.machines.monitor.inputs` reads them; its docstring lists them).
 """
 
 from __future__ import annotations

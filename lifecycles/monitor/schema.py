@@ -7,7 +7,7 @@ other, so this schema is pinned here, beside the monitor's public face; the stor
 stay generic and receive it as a :class:`~lifecycles.stores.sql.SQLSchema` whose
 :class:`MonitorBinding` creates, migrates and binds it.
 
-The statements are named SQL blocks in ``monitor_schema.sql`` (procrastinate's
+The statements are named SQL blocks in ``schema.sql`` (procrastinate's
 ``queries.sql`` style), parsed once at import. A file rather than Python constants:
 the schema reads, diffs and reviews as SQL, each block names itself and says what it
 is for, and the dialect-specific pieces stand out as ``{placeholders}``. Those are
@@ -66,7 +66,7 @@ def parse_named_blocks(text: str) -> dict[str, str]:
 
 
 QUERIES = parse_named_blocks(
-    resources.files("lifecycles").joinpath("monitor_schema.sql").read_text(encoding="utf-8")
+    resources.files("lifecycles.monitor").joinpath("schema.sql").read_text(encoding="utf-8")
 )
 
 def render(name: str, dialect: Dialect, lifecycle: Lifecycle[Any, Any] = MONITOR) -> str:

@@ -40,7 +40,7 @@ that a search with exact time offsets reaches no abstract state this one misses.
 
 The generated tests draw wider inputs than these bounds (any time, other workers and
 tokens, generated responses): their Hypothesis strategies are test code, in
-:mod:`lifecycles.testing.monitor`, named here and imported only when a test draws.
+:mod:`lifecycles.monitor.strategies`, named here and imported only when a test draws.
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ from lifecycles.machines.monitor import (
     read_answer,
     reader_error_code,
 )
-from lifecycles.machines.monitor_mutants import EQUIVALENT_MUTANTS
-from lifecycles.machines.monitor_responses import (
+from lifecycles.machines.monitor.mutants import EQUIVALENT_MUTANTS
+from lifecycles.machines.monitor.responses import (
     CAPABILITIES_SHA256,
     START,
     failure_responses,
@@ -97,7 +97,7 @@ POLICY = RetryPolicy()
 CLAIMER = "worker-a"
 INTRUDER = "worker-z"
 MAX_FAILURES = (1, 2, 3)
-STRATEGIES = "lifecycles.testing.monitor"
+STRATEGIES = "lifecycles.monitor.strategies"
 """Where the generated tests' strategies for these moves live (test code, imported only
 when a generated test draws)."""
 

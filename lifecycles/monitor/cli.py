@@ -59,17 +59,17 @@ from lifecycles.explain_stored import sql_values
 from lifecycles.invariants.monitor import capabilities_rule, event_id_rule
 from lifecycles.invariants.monitor import time as time_rule
 from lifecycles.machines.monitor import CODE, MONITOR, plain_value
-from lifecycles.monitor import (
+from lifecycles.monitor.errors import blocked, public_errors, refused
+from lifecycles.monitor.facade import (
     DurableTerminalProcessingMonitor,
     InputInvalid,
     StateInvalid,
     TerminalProcessingMonitorBlocked,
 )
-from lifecycles.monitor_errors import blocked, public_errors, refused
-from lifecycles.monitor_schema import META, TABLE
+from lifecycles.monitor.schema import META, TABLE
 from lifecycles.stores.base import SchemaMismatch, StoreError
 
-MONITOR_TABLE, META_TABLE = TABLE, META  # the reference's names, declared in monitor_schema
+MONITOR_TABLE, META_TABLE = TABLE, META  # the reference's names, declared in the schema module
 
 # The exit codes and the opening of a database are every ops command's (cli_ops).
 EXIT_CODES = (

@@ -16,7 +16,7 @@ presence (no guard or invariant compares times). Without the cap, attempt /
 fail_delivery would loop forever.
 
 The generated tests' Hypothesis strategies are test code, in
-:mod:`lifecycles.testing.outbox`, named here and imported only when a test draws.
+:mod:`lifecycles.outbox.strategies`, named here and imported only when a test draws.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def _describe(r: OutboxRecord, i: OutboxInputs) -> str:
     return ", ".join(parts) or "no inputs"
 
 
-STRATEGIES = "lifecycles.testing.outbox"
+STRATEGIES = "lifecycles.outbox.strategies"
 """Where the generated tests' strategies live (test code, imported only when drawn)."""
 
 

@@ -24,6 +24,10 @@ interrupted (:func:`replay_was_interrupted`). The facade sequences I/O around th
 
 Time enters as an input (an ISO timestamp with a timezone, or an aware ``datetime``);
 nothing here reads a clock.
+
+This package is the outbox's table; its submodule ``inputs`` is the exploration the
+checker runs. The app that runs it is :mod:`lifecycles.outbox`; the record is
+:mod:`lifecycles.invariants.outbox`.
 """
 
 from __future__ import annotations
@@ -236,6 +240,11 @@ def identity_quarantined(found: OutboxRecord | None, material_in_quarantine: boo
 
 
 OUTBOX: Lifecycle[OutboxRecord, OutboxInputs] = Lifecycle(
+    module=__name__,
+    # Named, not imported: each of these imports this table. Its exploration, its public
+    # errors (the app's facade), what the generic tools ask of the app.
+    declared_in=["lifecycles.machines.outbox.inputs", "lifecycles.outbox.facade",
+                 "lifecycles.outbox.hooks"],
     name="outbox",
     description=(
         "Deliver each close intent at least once through a callback, keep failures "

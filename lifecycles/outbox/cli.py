@@ -39,15 +39,16 @@ from lifecycles.cli_ops import (
     EXIT_USAGE,
     files_layout,
 )
-from lifecycles.explain import explain, outbox_inputs_now, print_explanation
+from lifecycles.explain import explain, print_explanation
 from lifecycles.explain_stored import files_entry
 from lifecycles.invariants.outbox import MAX_JSON_DEPTH, OutboxRecord
 from lifecycles.machines.outbox import OUTBOX, iso_timestamp
-from lifecycles.outbox import (
+from lifecycles.outbox.facade import (
     OUTBOX_DIRECTORY,
     corrupt_message,
     default_state_dir,
 )
+from lifecycles.outbox.hooks import outbox_inputs_now
 from lifecycles.stores.files import (
     FilesStore,
     StoreMissing,

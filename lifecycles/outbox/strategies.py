@@ -1,6 +1,6 @@
 """Hypothesis strategies for the outbox's generated tests, for users writing tests too.
 
-The outbox's exploration (:mod:`lifecycles.machines.outbox_inputs`, beside its table)
+The outbox's exploration (:mod:`lifecycles.machines.outbox.inputs`, beside its table)
 lists the finite inputs ``lifecycles check`` explores and names these strategies for
 the generated stateful tests: :func:`enqueue_strategy` (the same, another or no
 intent digest), :func:`failure_strategy` and :func:`quarantine_strategy` (the listed
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from lifecycles.invariants.outbox import OutboxRecord
 from lifecycles.machines.outbox import OutboxInputs
-from lifecycles.machines.outbox_inputs import (
+from lifecycles.machines.outbox.inputs import (
     LATER,
     enqueue_inputs,
     failure_inputs,
