@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lifecycles.machines.core import Row
+from lifecycles.machines.declaration import Row
 
 if TYPE_CHECKING:
     from lifecycles.machines.core import Lifecycle
