@@ -93,8 +93,9 @@ from typing import Any, TextIO
 
 import attrs
 
-from lifecycles.checker_mutants import MutantReport, check_mutants
+from lifecycles.checker_mutants import check_mutants
 from lifecycles.checker_mutants import figures as mutant_figures
+from lifecycles.checker_report import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, Outcome, Target
 from lifecycles.checker_workers import bounds_arguments, check_workers, sized
 from lifecycles.checker_workers import figures as interleaving_figures
 from lifecycles.loading import (
@@ -118,7 +119,6 @@ from lifecycles.machines.exploration import (
     replay,
 )
 from lifecycles.machines.findings import search_findings
-from lifecycles.machines.interleaving import InterleavingResult
 from lifecycles.machines.liveness import Liveness, liveness
 from lifecycles.project import find_project, installed, named_by, on_path, unique
 from lifecycles.replay import TRACE_DIR_DEFAULT, write_replay
@@ -132,8 +132,6 @@ from lifecycles.snapshot import (
 )
 
 __all__ = [
-    "Outcome",
-    "Target",
     "check_one",
     "register",
     "report_error",
@@ -143,20 +141,6 @@ __all__ = [
 
 AnyLifecycle = Lifecycle[Any, Any]
 AnyExploration = Exploration[Any]
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_UNAVAILABLE = 2
-
-
-@attrs.frozen
-class Target:
-    """One thing to check: a lifecycle, and the exploration to drive it with."""
-
-    lifecycle: AnyLifecycle
-    exploration: AnyExploration | None
-    spec: str | None
-
 
 def targets(names: Sequence[str], modules: Sequence[str]) -> list[Target]:
     """What ``lifecycles check [NAME ...] [--module M ...]`` checks.
@@ -233,22 +217,6 @@ def _declared_target(lifecycle: AnyLifecycle) -> Target:
 
 
 # --- running and reporting -------------------------------------------------------------
-
-
-@attrs.define
-class Outcome:
-    """What checking one lifecycle found."""
-
-    name: str
-    failures: list[str] = attrs.field(factory=list)
-    result: ExplorationResult | None = None
-    replay_path: Path | None = None
-    interleaving: InterleavingResult | None = None
-    mutants: MutantReport | None = None
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
 
 
 def _summary(record: Any) -> str:

@@ -24,7 +24,7 @@ from lifecycles.machines.interleaving import explore_workers
 from lifecycles.machines.mutants import KINDS, Mutant, mutants, without_rule
 
 if TYPE_CHECKING:
-    from lifecycles.checker import Outcome
+    from lifecycles.checker_report import Outcome
 
 #: A mutant's search may reach at most this many times the original's states: a mistake
 #: that makes the state space explode is reported undecided (a survivor), not run for ever.

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from lifecycles.checker import EXIT_OK, EXIT_UNAVAILABLE, run_check
+from lifecycles.checker import run_check
+from lifecycles.checker_report import EXIT_OK, EXIT_UNAVAILABLE
 from lifecycles.machines.exploration import explore
 from lifecycles.machines.monitor_inputs import EXPLORATION
 
@@ -100,7 +101,8 @@ def test_the_check_command_prints_progress_on_stderr_only(
 def test_a_declared_bound_without_a_rebound_is_refused() -> None:
     import attrs
 
-    from lifecycles.checker import Target, rebound
+    from lifecycles.checker import rebound
+    from lifecycles.checker_report import Target
     from lifecycles.loading import CheckerError
     from lifecycles.machines.monitor import MONITOR
 

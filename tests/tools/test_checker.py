@@ -13,7 +13,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from lifecycles.checker import Target, check_one, run_check
+from lifecycles.checker import check_one, run_check
+from lifecycles.checker_report import Target
 from lifecycles.cli import main
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.invariants.monitor import MonitorRecord
