@@ -13,7 +13,7 @@ import attrs
 import pytest
 
 from lifecycles.diagrams import generate
-from lifecycles.diagrams_page import markdown
+from lifecycles.diagrams_markdown import markdown
 from lifecycles.diagrams_pictures import find_graphviz
 from lifecycles.invariants.core import field_rules
 from lifecycles.loading import find_exploration
