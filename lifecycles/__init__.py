@@ -62,12 +62,12 @@ if TYPE_CHECKING:
         effect,
         guard,
     )
+    from lifecycles.machines.exhaustive import explore
     from lifecycles.machines.exploration import (
         AcceptedCycle,
         ExpectationBroken,
         Exploration,
         Move,
-        explore,
         time_relation,
         trigger_move,
     )
@@ -178,7 +178,7 @@ _DEFINED_IN: dict[str, str] = {
     "Workers": "lifecycles.machines.interleaving",
     "build_record": "lifecycles.invariants.core",
     "effect": "lifecycles.machines.declaration",
-    "explore": "lifecycles.machines.exploration",
+    "explore": "lifecycles.machines.exhaustive",
     "explore_workers": "lifecycles.machines.interleaving",
     "expressed": "lifecycles.invariants.core",
     "field_rules": "lifecycles.invariants.core",

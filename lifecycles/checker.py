@@ -111,13 +111,8 @@ from lifecycles.loading import (
 )
 from lifecycles.machines.checks import DEFINITION_CHECKS
 from lifecycles.machines.core import DefinitionError, Lifecycle
-from lifecycles.machines.exploration import (
-    Exploration,
-    ExplorationResult,
-    Violation,
-    explore,
-    replay,
-)
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.exploration import Exploration, ExplorationResult, Violation, replay
 from lifecycles.machines.findings import search_findings
 from lifecycles.machines.liveness import Liveness, liveness
 from lifecycles.project import find_project, installed, named_by, on_path, unique

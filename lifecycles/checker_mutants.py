@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from lifecycles.machines.exploration import Exploration, explore
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.exploration import Exploration
 from lifecycles.machines.findings import search_findings
 from lifecycles.machines.interleaving import explore_workers
 from lifecycles.machines.mutants import KINDS, Mutant, mutants, without_rule

@@ -314,7 +314,7 @@ def _checked(lifecycle: AnyLifecycle) -> list[str]:
     found = find_exploration(lifecycle)
     if found is None:
         return []
-    from lifecycles.machines.exploration import explore
+    from lifecycles.machines.exhaustive import explore
 
     exploration, _ = found
     result = explore(exploration)  # deterministic: the same counts on every machine

@@ -27,12 +27,12 @@ if TYPE_CHECKING:
         effect,
         guard,
     )
+    from lifecycles.machines.exhaustive import explore
     from lifecycles.machines.exploration import (
         AcceptedCycle,
         ExpectationBroken,
         Exploration,
         Move,
-        explore,
         time_relation,
         trigger_move,
     )
@@ -100,7 +100,7 @@ _DEFINED_IN: dict[str, str] = {
     "WorkInputs": "lifecycles.machines.blocks",
     "Workers": "lifecycles.machines.interleaving",
     "effect": "lifecycles.machines.declaration",
-    "explore": "lifecycles.machines.exploration",
+    "explore": "lifecycles.machines.exhaustive",
     "explore_workers": "lifecycles.machines.interleaving",
     "guard": "lifecycles.machines.declaration",
     "named_in": "lifecycles.machines.blocks",

@@ -373,33 +373,6 @@ class _Collections:
 _COLLECTIONS = _Collections()
 
 
-def explore(
-    exploration: Exploration[R], *, keep_records: bool = False, keep_graph: bool = False,
-    progress: Callable[[ExplorationResult], None] | None = None,
-    moves_start_as: Exploration[R] | None = None, processes: int = 1,
-) -> ExplorationResult:
-    """Breadth-first search of every abstract state within the declared bounds.
-
-    With ``keep_records`` the result lists the first concrete record reached in each
-    state (to compare abstractions, say); with ``keep_graph`` it keeps every edge, for
-    the liveness analysis (:mod:`lifecycles.machines.liveness`). ``progress`` is called
-    with the figures so far (states, edges, depth, seconds) once the search has run for
-    :data:`PROGRESS_AFTER` seconds, then about once a second. ``moves_start_as``: the
-    exploration whose table says where each move may start (default: this one; a table
-    mutant is tried from where the declared table's moves start). With ``processes`` above
-    one the initial records may be searched apart, in that many processes, when that gives
-    exactly the serial search's result (:mod:`lifecycles.machines.partition`).
-    """
-    options: dict[str, Any] = dict(keep_records=keep_records, keep_graph=keep_graph,
-                                   progress=progress, moves_start_as=moves_start_as)
-    if processes > 1 and not exploration.lifecycle._observers:  # they would not see it
-        from lifecycles.machines.partition import explore_apart
-
-        if (apart := explore_apart(exploration, processes, **options)) is not None:
-            return apart
-    return search(exploration, **options)[0]
-
-
 def search(
     exploration: Exploration[R], *, keep_records: bool = False, keep_graph: bool = False,
     progress: Callable[[ExplorationResult], None] | None = None,

@@ -6,7 +6,7 @@ Definition checks (is every status reachable, can every status finish), auditor 
 these functions, so they cannot disagree on what the table allows.
 
 Only the table is walked here. The checker's state-space search
-(:func:`lifecycles.machines.exploration.explore`) walks records, not statuses, and
+(:func:`lifecycles.machines.exhaustive.explore`) walks records, not statuses, and
 keeps its own queue, but it reads its traces back with :func:`trace_back` like
 :func:`shortest_paths` does.
 """

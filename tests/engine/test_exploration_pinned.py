@@ -23,7 +23,8 @@ import attrs
 import pytest
 
 from lifecycles.loading import load_exploration
-from lifecycles.machines.exploration import Exploration, explore
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.exploration import Exploration
 from lifecycles.machines.monitor_inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.monitor_inputs import monitor_exploration
 from lifecycles.machines.outbox_inputs import EXPLORATION as OUTBOX_EXPLORATION

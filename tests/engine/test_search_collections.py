@@ -6,7 +6,8 @@ from __future__ import annotations
 import gc
 
 from lifecycles.machines import exploration
-from lifecycles.machines.exploration import YOUNG_OBJECTS, explore
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.exploration import YOUNG_OBJECTS
 from lifecycles.machines.monitor_inputs import monitor_exploration
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from lifecycles.checker import run_check
 from lifecycles.checker_report import EXIT_OK, EXIT_UNAVAILABLE
-from lifecycles.machines.exploration import explore
+from lifecycles.machines.exhaustive import explore
 from lifecycles.machines.monitor_inputs import EXPLORATION
 
 
@@ -73,7 +73,7 @@ def test_a_long_search_reports_its_progress(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(search, "PROGRESS_AFTER", 0.0)  # every search is "long" here
     heard: list[tuple[int, int]] = []
     if searched == "one record":
-        result: Any = search.explore(
+        result: Any = explore(
             EXPLORATION, progress=lambda so_far: heard.append((so_far.states, so_far.edges)))
         done = (result.states, result.edges)
     else:

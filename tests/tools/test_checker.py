@@ -19,7 +19,8 @@ from lifecycles.cli import main
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.invariants.monitor import MonitorRecord
 from lifecycles.loading import find_exploration, load_exploration
-from lifecycles.machines.exploration import TraceMismatch, explore, replay
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.exploration import TraceMismatch, replay
 from lifecycles.machines.monitor import MONITOR, RESPONSE_INVALID
 from lifecycles.machines.monitor_inputs import EXPLORATION, abstraction
 from lifecycles.registry import registered
