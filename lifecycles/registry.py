@@ -10,23 +10,19 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from lifecycles.machines.core import DefinitionError, Lifecycle
+from lifecycles.machines.core import Lifecycle
 
 
 def registered() -> dict[str, Lifecycle[Any, Any]]:
     """Every shipped lifecycle, keyed by name, in a stable order.
 
-    A shipped declaration that is invalid raises :class:`~lifecycles.loading.CheckerError`
-    (``definition_invalid``, at the ``file:line`` of its ``Lifecycle(...)`` call), which
-    ``check`` and ``diagrams`` report as they report a ``--module`` of the user's.
+    A shipped declaration that is invalid raises its
+    :class:`~lifecycles.machines.core.DefinitionError`;
+    :func:`lifecycles.project.installed` reports it as ``check`` and ``diagrams`` report a
+    ``--module`` of the user's.
     """
-    try:
-        from lifecycles.machines.monitor import MONITOR
-        from lifecycles.machines.outbox import OUTBOX
-    except DefinitionError as error:
-        from lifecycles.loading import import_failure  # loading imports this module
-
-        raise import_failure("the shipped lifecycles", error) from error
+    from lifecycles.machines.monitor import MONITOR
+    from lifecycles.machines.outbox import OUTBOX
 
     found: list[Lifecycle[Any, Any]] = [MONITOR, OUTBOX]
     return {lifecycle.name: lifecycle for lifecycle in found}
