@@ -9,8 +9,10 @@ folders installed as its subpackages (``machines/``, ``stores/``, ``invariants/`
   design, only hidden until the function runs;
 - ``from package import name`` is an edge to ``package.name`` when that is a module, and to
   ``package`` otherwise;
-- an edge goes to the named module only, not to its parent packages (the package faces
-  export lazily, through ``lifecycles._exports``, so importing a submodule runs no sibling);
+- an edge goes to the named module only, not to the packages above it: Python runs a
+  package's ``__init__`` before its submodules, but a package that imports its submodules
+  is their face, not their dependency; a submodule depends on its package only when it
+  imports a name the package itself defines or exports (``from package import name``);
 - imports under ``if TYPE_CHECKING:`` do not count: they never run, and exist so that
   annotations can name a type without importing its module.
 
