@@ -110,11 +110,8 @@ if TYPE_CHECKING:
     from lifecycles.stores.memory import MemoryStore
     from lifecycles.stores.postgres import PostgresStore
     from lifecycles.stores.sqlite import SQLiteStore
-    from lifecycles.worker import (
-        HeldLease,
-        Worker,
-        WorkOutcome,
-    )
+    from lifecycles.worker import Worker
+    from lifecycles.worker_lease import HeldLease, WorkOutcome
 
 # Each public name and the module that defines it. Nothing is imported until a name is
 # used: `import lifecycles` loads no engine, store, driver, checker or Hypothesis.
@@ -138,7 +135,7 @@ _DEFINED_IN: dict[str, str] = {
     "FiredBy": "lifecycles.machines.audit",
     "Guard": "lifecycles.machines.declaration",
     "Handling": "lifecycles.machines.work",
-    "HeldLease": "lifecycles.worker",
+    "HeldLease": "lifecycles.worker_lease",
     "InputNames": "lifecycles.machines.blocks",
     "Invariant": "lifecycles.invariants.core",
     "InvariantSet": "lifecycles.invariants.core",
@@ -173,7 +170,7 @@ _DEFINED_IN: dict[str, str] = {
     "UniqueViolation": "lifecycles.stores.base",
     "Work": "lifecycles.machines.interleaving",
     "WorkInputs": "lifecycles.machines.blocks",
-    "WorkOutcome": "lifecycles.worker",
+    "WorkOutcome": "lifecycles.worker_lease",
     "Worker": "lifecycles.worker",
     "Workers": "lifecycles.machines.interleaving",
     "build_record": "lifecycles.invariants.core",

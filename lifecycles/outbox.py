@@ -73,7 +73,7 @@ from lifecycles.stores.files import (
     UnsafePath,
     UntrustedRecord,
 )
-from lifecycles.worker import ExclusiveWork
+from lifecycles.worker_steps import ExclusiveWork
 
 STATE_DIR_VARIABLE = "REIN_AHARNESS_STATE_DIR"
 OUTBOX_DIRECTORY = "close-outbox"
