@@ -11,7 +11,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row
 
 __all__ = ["cell", "markdown", "plain", "table_entries", "table_row", "table_section"]
 

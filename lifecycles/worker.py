@@ -53,7 +53,8 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from lifecycles.invariants.core import InvariantViolation
-from lifecycles.machines.core import Lifecycle, LifecycleError
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import LifecycleError
 from lifecycles.machines.work import Handling, Raised, Result, Returned
 from lifecycles.stores.base import Store, StoreUnavailable
 from lifecycles.worker_lease import Claimed, HeldLease, WorkOutcome

@@ -16,7 +16,7 @@ import attrs
 
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines import lease as lease_protocol
-from lifecycles.machines.core import LifecycleError, TransitionRefused
+from lifecycles.machines.declaration import LifecycleError, TransitionRefused
 from lifecycles.machines.lease import LostRace
 from lifecycles.machines.work import Leave, Result, Step
 

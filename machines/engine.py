@@ -54,7 +54,6 @@ class TransitionObserver(Protocol):
     def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None: ...
 
 
-
 Candidate = tuple[Row, tuple[tuple[Callable[[Any, Any], object], bool], ...]]
 
 
@@ -81,7 +80,6 @@ class _Adapter:
         self.record = record
         self.inputs = inputs
         self.fired: Row | None = None
-
 
 
 def _mark_fired(row: Row) -> Callable[[Any], None]:
