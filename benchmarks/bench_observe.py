@@ -46,7 +46,8 @@ from support.tasks import TASKS, new_task
 import lifecycles.monitor as lifecycles_monitor
 from lifecycles import observe
 from lifecycles.stores.sqlite import SQLiteStore
-from lifecycles.worker import LeaseWork, Worker
+from lifecycles.worker import Worker
+from lifecycles.worker_steps import LeaseWork
 
 TARGET = 0.97
 

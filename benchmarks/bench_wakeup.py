@@ -37,7 +37,8 @@ from support.tasks import TASKS, Task, new_task
 
 from lifecycles.stores.base import Store
 from lifecycles.stores.sqlite import SQLiteStore
-from lifecycles.worker import HeldLease, Idle, Worker
+from lifecycles.worker import Idle, Worker
+from lifecycles.worker_lease import HeldLease
 
 DSN_VARIABLE = "LIFECYCLES_TEST_POSTGRES_DSN"
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"

@@ -36,7 +36,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lifecycles.machines.exploration import Coverage, Exploration, _Fired, explore
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.exploration import Coverage, Exploration, _Fired
 from lifecycles.machines.memo import Repeats
 from lifecycles.machines.monitor.inputs import monitor_exploration
 

@@ -38,26 +38,26 @@ if TYPE_CHECKING:
         named_in,
         source_of,
     )
-    from lifecycles.machines.core import (
+    from lifecycles.machines.core import Lifecycle
+    from lifecycles.machines.declaration import (
         Changes,
         DefinitionError,
         Effect,
         EffectContractError,
         Guard,
         Lease,
-        Lifecycle,
         LifecycleError,
         Row,
         TransitionRefused,
         effect,
         guard,
     )
+    from lifecycles.machines.exhaustive import explore
     from lifecycles.machines.exploration import (
         AcceptedCycle,
         ExpectationBroken,
         Exploration,
         Move,
-        explore,
         time_relation,
         trigger_move,
     )
@@ -100,22 +100,19 @@ if TYPE_CHECKING:
     from lifecycles.stores.memory import MemoryStore
     from lifecycles.stores.postgres import PostgresStore
     from lifecycles.stores.sqlite import SQLiteStore
-    from lifecycles.worker import (
-        HeldLease,
-        Worker,
-        WorkOutcome,
-    )
+    from lifecycles.worker import Worker
+    from lifecycles.worker_lease import HeldLease, WorkOutcome
 
 # Each public name and the module that defines it. Nothing is imported until a name is
 # used: `import lifecycles` loads no engine, store, driver, checker or Hypothesis.
 _DEFINED_IN: dict[str, str] = {
     "AcceptedCycle": "lifecycles.machines.exploration",
     "Backoff": "lifecycles.machines.blocks",
-    "Changes": "lifecycles.machines.core",
+    "Changes": "lifecycles.machines.declaration",
     "CommitUncertain": "lifecycles.stores.base",
-    "DefinitionError": "lifecycles.machines.core",
-    "Effect": "lifecycles.machines.core",
-    "EffectContractError": "lifecycles.machines.core",
+    "DefinitionError": "lifecycles.machines.declaration",
+    "Effect": "lifecycles.machines.declaration",
+    "EffectContractError": "lifecycles.machines.declaration",
     "EquivalentMutant": "lifecycles.machines.mutants",
     "ExpectationBroken": "lifecycles.machines.exploration",
     "Exploration": "lifecycles.machines.exploration",
@@ -126,18 +123,18 @@ _DEFINED_IN: dict[str, str] = {
     "FilesStore": "lifecycles.stores.files.store",
     "Fire": "lifecycles.machines.work",
     "FiredBy": "lifecycles.machines.audit",
-    "Guard": "lifecycles.machines.core",
+    "Guard": "lifecycles.machines.declaration",
     "Handling": "lifecycles.machines.work",
-    "HeldLease": "lifecycles.worker",
+    "HeldLease": "lifecycles.worker_lease",
     "InputNames": "lifecycles.machines.blocks",
     "Invariant": "lifecycles.invariants.core",
     "InvariantSet": "lifecycles.invariants.core",
     "InvariantViolation": "lifecycles.invariants.core",
-    "Lease": "lifecycles.machines.core",
+    "Lease": "lifecycles.machines.declaration",
     "Leasing": "lifecycles.machines.blocks",
     "Leave": "lifecycles.machines.work",
     "Lifecycle": "lifecycles.machines.core",
-    "LifecycleError": "lifecycles.machines.core",
+    "LifecycleError": "lifecycles.machines.declaration",
     "LeaseDefaults": "lifecycles.machines.lease",
     "LeasingStore": "lifecycles.machines.lease",
     "LostRace": "lifecycles.machines.lease",
@@ -150,7 +147,7 @@ _DEFINED_IN: dict[str, str] = {
     "Permanent": "lifecycles.machines.work",
     "PostgresStore": "lifecycles.stores.postgres",
     "Retry": "lifecycles.machines.blocks",
-    "Row": "lifecycles.machines.core",
+    "Row": "lifecycles.machines.declaration",
     "SQLiteStore": "lifecycles.stores.sqlite",
     "SchemaMismatch": "lifecycles.stores.base",
     "StaleRecord": "lifecycles.stores.base",
@@ -159,21 +156,21 @@ _DEFINED_IN: dict[str, str] = {
     "StoreDamaged": "lifecycles.stores.base",
     "StoreError": "lifecycles.stores.base",
     "StoreUnavailable": "lifecycles.stores.base",
-    "TransitionRefused": "lifecycles.machines.core",
+    "TransitionRefused": "lifecycles.machines.declaration",
     "UniqueViolation": "lifecycles.stores.base",
     "Work": "lifecycles.machines.interleaving",
     "WorkInputs": "lifecycles.machines.blocks",
-    "WorkOutcome": "lifecycles.worker",
+    "WorkOutcome": "lifecycles.worker_lease",
     "Worker": "lifecycles.worker",
     "Workers": "lifecycles.machines.interleaving",
     "build_record": "lifecycles.invariants.core",
-    "effect": "lifecycles.machines.core",
-    "explore": "lifecycles.machines.exploration",
+    "effect": "lifecycles.machines.declaration",
+    "explore": "lifecycles.machines.exhaustive",
     "explore_workers": "lifecycles.machines.interleaving",
     "expressed": "lifecycles.invariants.core",
     "field_rules": "lifecycles.invariants.core",
     "finite_time": "lifecycles.invariants.core",
-    "guard": "lifecycles.machines.core",
+    "guard": "lifecycles.machines.declaration",
     "integer_between": "lifecycles.invariants.core",
     "invariant": "lifecycles.invariants.core",
     "liveness": "lifecycles.machines.liveness",

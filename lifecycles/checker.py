@@ -93,8 +93,9 @@ from typing import Any, TextIO
 
 import attrs
 
-from lifecycles.checker_mutants import MutantReport, check_mutants
+from lifecycles.checker_mutants import check_mutants
 from lifecycles.checker_mutants import figures as mutant_figures
+from lifecycles.checker_report import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, Outcome, Target
 from lifecycles.checker_workers import bounds_arguments, check_workers, sized
 from lifecycles.checker_workers import figures as interleaving_figures
 from lifecycles.loading import (
@@ -110,15 +111,9 @@ from lifecycles.loading import (
 )
 from lifecycles.machines.checks import DEFINITION_CHECKS
 from lifecycles.machines.core import DefinitionError, Lifecycle
-from lifecycles.machines.exploration import (
-    Exploration,
-    ExplorationResult,
-    Violation,
-    explore,
-    replay,
-)
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.exploration import Exploration, ExplorationResult, Violation, replay
 from lifecycles.machines.findings import search_findings
-from lifecycles.machines.interleaving import InterleavingResult
 from lifecycles.machines.liveness import Liveness, liveness
 from lifecycles.project import find_project, installed, named_by, on_path, unique
 from lifecycles.replay import TRACE_DIR_DEFAULT, write_replay
@@ -132,8 +127,6 @@ from lifecycles.snapshot import (
 )
 
 __all__ = [
-    "Outcome",
-    "Target",
     "check_one",
     "register",
     "report_error",
@@ -143,20 +136,6 @@ __all__ = [
 
 AnyLifecycle = Lifecycle[Any, Any]
 AnyExploration = Exploration[Any]
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_UNAVAILABLE = 2
-
-
-@attrs.frozen
-class Target:
-    """One thing to check: a lifecycle, and the exploration to drive it with."""
-
-    lifecycle: AnyLifecycle
-    exploration: AnyExploration | None
-    spec: str | None
-
 
 def targets(names: Sequence[str], modules: Sequence[str]) -> list[Target]:
     """What ``lifecycles check [NAME ...] [--module M ...]`` checks.
@@ -235,22 +214,6 @@ def _declared_target(lifecycle: AnyLifecycle) -> Target:
 # --- running and reporting -------------------------------------------------------------
 
 
-@attrs.define
-class Outcome:
-    """What checking one lifecycle found."""
-
-    name: str
-    failures: list[str] = attrs.field(factory=list)
-    result: ExplorationResult | None = None
-    replay_path: Path | None = None
-    interleaving: InterleavingResult | None = None
-    mutants: MutantReport | None = None
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-
 def _summary(record: Any) -> str:
     """The record's set fields, on one line."""
     values = attrs.asdict(record, recurse=False)
@@ -319,11 +282,18 @@ def _raised_in_step(target: Target, exploration: AnyExploration, violation: Viol
     return failure
 
 
+Say = Callable[[str], None]
+
+
 def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path: Path | None,
               trace_dir: Path, out: TextIO, mutants: str | None = None) -> Outcome:
     """Check one lifecycle, printing to ``out``; ``snapshot_path`` is ``None`` when no
     snapshot was found. Raises :class:`CheckerError` (``check_raised``) when user code
-    raises during the exploration."""
+    raises during the exploration.
+
+    The steps, in order: the definition checks, the status snapshot, the search (a
+    violation ends the check there), what the search covered and found, the interleaved
+    workers, and with ``mutants`` the table mutants."""
     lifecycle = target.lifecycle
     outcome = Outcome(lifecycle.name)
 
@@ -331,6 +301,32 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
         print(line, file=out)
 
     say(f"{lifecycle.name} (table v{lifecycle.table_version})")
+    _check_definition(lifecycle, outcome, say)
+    _check_snapshot(lifecycle, snapshot.get(lifecycle.name), snapshot_path, outcome, say)
+    exploration = target.exploration
+    if exploration is None:
+        outcome.failures.append("no exploration inputs")
+        say(f"  FAIL no exploration inputs: declare an Exploration in {lifecycle.module} "
+            "or in a module its Lifecycle(declared_in=...) names")
+        return outcome
+    result = outcome.result = _explore(target, exploration)
+    _say_figures(result, exploration, say)
+    if result.violation is not None:
+        _report_violation(target, exploration, result.violation, trace_dir, outcome, say)
+        return outcome
+    _say_statuses_reached(lifecycle, result, say)
+    _say_coverage(lifecycle, result, say)
+    _report_findings(result, exploration, outcome, say)
+    outcome.interleaving = check_workers(target, exploration, trace_dir, say, outcome)
+    if mutants is not None and outcome.ok:  # a failing lifecycle's mutants tell nothing
+        outcome.mutants = check_mutants(exploration, say, outcome,
+                                        show_traces=mutants == "traces")
+    say("  OK" if outcome.ok else f"  FAILED: {'; '.join(outcome.failures)}")
+    return outcome
+
+
+def _check_definition(lifecycle: AnyLifecycle, outcome: Outcome, say: Say) -> None:
+    """The definition checks (:mod:`lifecycles.machines.checks`), the first that fails told."""
     try:
         for definition_check in DEFINITION_CHECKS:
             definition_check(lifecycle)
@@ -339,7 +335,10 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
         outcome.failures.append(f"definition check {error.check}")
         say(f"  FAIL definition check {error}")
 
-    recorded = snapshot.get(lifecycle.name)
+
+def _check_snapshot(lifecycle: AnyLifecycle, recorded: dict[str, Any] | None,
+                    snapshot_path: Path | None, outcome: Outcome, say: Say) -> None:
+    """Every status the snapshot records (stored records may hold it) is still declared."""
     removed = removed_statuses(lifecycle, recorded)
     if removed:
         outcome.failures.append("status_removed")
@@ -358,16 +357,9 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
     else:
         say(f"  statuses: not recorded in {snapshot_path} (run with --record-statuses)")
 
-    exploration = target.exploration
-    if exploration is None:
-        outcome.failures.append("no exploration inputs")
-        say(f"  FAIL no exploration inputs: declare an Exploration in {lifecycle.module} "
-            "or in a module its Lifecycle(declared_in=...) names")
-        return outcome
-    result = _explore(target, exploration)
-    declared = [status.value for status in lifecycle.statuses]
-    missing_statuses = [status for status in declared if status not in result.statuses]
-    outcome.result = result
+
+def _say_figures(result: ExplorationResult, exploration: AnyExploration, say: Say) -> None:
+    """The bounds, the abstraction, and the search's figures and how it ended."""
     edges_per_second = result.edges / result.seconds if result.seconds else float("inf")
     say(f"  bounds: {exploration.bounds}")
     say(f"  abstraction: {exploration.abstraction_doc}")
@@ -377,23 +369,34 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
         + (" (stopped at the first violation)" if result.violation
            else " (search cut at its max_depth/max_states)" if result.truncated
            else " (complete)"))
-    if result.violation is None:
-        say(f"  statuses reached: {len(declared) - len(missing_statuses)}/{len(declared)}"
-            + (f", never: {missing_statuses}" if missing_statuses else ""))
-    else:
-        violation = result.violation
-        outcome.failures.append(f"violation: {violation.message}")
-        say(f"  FAIL {violation.message}")
-        say(f"  shortest trace (from initial record {violation.initial}: "
-            f"{_summary(exploration.initial()[violation.initial])}):")
-        for number, step in enumerate(violation.trace, 1):
-            say(f"    {number}. {step.move}: {step.description}")
-        if target.spec is not None:
-            outcome.replay_path = write_replay(trace_dir, target.spec, lifecycle, violation)
-            say(f"  replay: pytest {outcome.replay_path}")
-        if violation.kind == "error":  # code that raised, not a rule that broke
-            raise _raised_in_step(target, exploration, violation, outcome.replay_path)
-        return outcome
+
+
+def _report_violation(target: Target, exploration: AnyExploration, violation: Violation,
+                      trace_dir: Path, outcome: Outcome, say: Say) -> None:
+    """A violation with its shortest trace and replay file; a step that raised (code, not a
+    rule) is ``check_raised`` at its line."""
+    outcome.failures.append(f"violation: {violation.message}")
+    say(f"  FAIL {violation.message}")
+    say(f"  shortest trace (from initial record {violation.initial}: "
+        f"{_summary(exploration.initial()[violation.initial])}):")
+    for number, step in enumerate(violation.trace, 1):
+        say(f"    {number}. {step.move}: {step.description}")
+    if target.spec is not None:
+        outcome.replay_path = write_replay(trace_dir, target.spec, target.lifecycle, violation)
+        say(f"  replay: pytest {outcome.replay_path}")
+    if violation.kind == "error":  # code that raised, not a rule that broke
+        raise _raised_in_step(target, exploration, violation, outcome.replay_path)
+
+
+def _say_statuses_reached(lifecycle: AnyLifecycle, result: ExplorationResult, say: Say) -> None:
+    declared = [status.value for status in lifecycle.statuses]
+    missing_statuses = [status for status in declared if status not in result.statuses]
+    say(f"  statuses reached: {len(declared) - len(missing_statuses)}/{len(declared)}"
+        + (f", never: {missing_statuses}" if missing_statuses else ""))
+
+
+def _say_coverage(lifecycle: AnyLifecycle, result: ExplorationResult, say: Say) -> None:
+    """How often each row fired, and the guards the search saw only one way."""
     coverage = result.coverage
     assert coverage is not None
     say("  rows fired:")
@@ -404,18 +407,18 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
     one_sided = coverage.one_sided_guards
     if one_sided:
         say(f"  guards seen only one way (defensive, or inputs too narrow): {one_sided}")
+
+
+def _report_findings(result: ExplorationResult, exploration: AnyExploration, outcome: Outcome,
+                     say: Say) -> None:
+    """Liveness, then what the search found wanting (rows never fired, statuses never
+    reached, cycles without a final status), each with its trace where it has one."""
     found = _liveness_summary(result, exploration, say)
     for finding in search_findings(exploration, result, found):
         outcome.failures.append(finding.failure)
         say(f"  FAIL {finding.message}")
         if finding.state is not None:
             _say_trace(result, exploration, finding.state, say)
-    outcome.interleaving = check_workers(target, exploration, trace_dir, say, outcome)
-    if mutants is not None and outcome.ok:  # a failing lifecycle's mutants tell nothing
-        outcome.mutants = check_mutants(exploration, say, outcome,
-                                        show_traces=mutants == "traces")
-    say("  OK" if outcome.ok else f"  FAILED: {'; '.join(outcome.failures)}")
-    return outcome
 
 
 def _liveness_summary(result: ExplorationResult, exploration: AnyExploration,

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from lifecycles.machines.exploration import Exploration, explore
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.exploration import Exploration
 from lifecycles.machines.findings import search_findings
 from lifecycles.machines.interleaving import explore_workers
 from lifecycles.machines.mutants import KINDS, Mutant, mutants, without_rule
 
 if TYPE_CHECKING:
-    from lifecycles.checker import Outcome
+    from lifecycles.checker_report import Outcome
 
 #: A mutant's search may reach at most this many times the original's states: a mistake
 #: that makes the state space explode is reported undecided (a survivor), not run for ever.

@@ -17,7 +17,7 @@ from lifecycles.machines.interleaving import Finding, InterleavingResult, explor
 from lifecycles.replay import identifier, import_root
 
 if TYPE_CHECKING:
-    from lifecycles.checker import Outcome, Target
+    from lifecycles.checker_report import Outcome, Target
 
 PROPERTIES = ("at most one live lease per record; no completion from a superseded lease "
               "accepted; no record lost; every record can reach a final status")

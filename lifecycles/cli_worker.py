@@ -46,7 +46,8 @@ from lifecycles.machines.core import Lifecycle
 from lifecycles.project import find_project, resolve
 from lifecycles.registry import import_target
 from lifecycles.stores.base import Store, StoreError
-from lifecycles.worker import Idle, Worker, WorkOutcome
+from lifecycles.worker import Idle, Worker
+from lifecycles.worker_lease import WorkOutcome
 
 EXIT_OK, EXIT_USAGE, EXIT_STORE = 0, 2, 4
 EXIT_CODES = (

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-from lifecycles.diagrams_page import _cell, _plain, _row, _table_rows, _table_section
+from lifecycles.diagrams_markdown import cell, plain, table_entries, table_row, table_section
 from lifecycles.loading import declared_beside
 from lifecycles.machines.audit import FiredBy, PublicErrors, RecordedCodes
 from lifecycles.machines.core import Lifecycle, Row
@@ -40,7 +40,7 @@ def fired_by(lifecycle: AnyLifecycle) -> list[str]:
     found = declared(lifecycle, FiredBy)
     said: Mapping[str, str] = found.triggers if found else {}
     grouped: dict[str, list[list[Row]]] = {}
-    for rows in _table_rows(lifecycle):
+    for rows in table_entries(lifecycle):
         grouped.setdefault(rows[0].trigger, []).append(rows)
     order = list(lifecycle.triggers)
     if lifecycle.creation not in order:
@@ -53,10 +53,10 @@ def fired_by(lifecycle: AnyLifecycle) -> list[str]:
     if found is None:
         intro += " No `FiredBy` is declared beside this table, so the second column is empty."
     leased = _lease_facts(lifecycle)
-    return _table_section(
+    return table_section(
         "Who fires each trigger", intro, ("trigger", "fired by", "rows (#, from → to, when)"),
-        (_row(f"`{trigger}`",
-              _cell(" ".join(part for part in (said.get(trigger, "-"), leased.get(trigger))
+        (table_row(f"`{trigger}`",
+              cell(" ".join(part for part in (said.get(trigger, "-"), leased.get(trigger))
                              if part)),
               _rows_cell(lifecycle, trigger, grouped.get(trigger, [])))
          for trigger in order),
@@ -122,13 +122,13 @@ def error_codes(lifecycle: AnyLifecycle) -> list[str]:
         ]
     else:
         if errors.note:
-            out += [_plain(errors.note), ""]
+            out += [plain(errors.note), ""]
         out += _subsection(
             "Every public error",
             "Every exception a public call raises on purpose, with its stable code.",
             ("exception", "code", "what it means", "raised by", "what changed"),
-            (_row(f"`{error.exception}`", f"`{error.code}`" if error.code else "-",
-                  _cell(error.meaning), _cell(error.raised_by), _cell(error.changed))
+            (table_row(f"`{error.exception}`", f"`{error.code}`" if error.code else "-",
+                  cell(error.meaning), cell(error.raised_by), cell(error.changed))
              for error in errors.errors),
         )
     out += _guard_codes(lifecycle, errors)
@@ -141,17 +141,17 @@ def _guard_codes(lifecycle: AnyLifecycle, errors: PublicErrors | None) -> list[s
 
     def note(name: str, meaning: str) -> str:
         if name in notes:
-            return _cell(notes[name])
-        return _cell(f"Refuses when it does not hold: {meaning}")
+            return cell(notes[name])
+        return cell(f"Refuses when it does not hold: {meaning}")
 
     rows = [
-        _row(f"`{name}`", f"`{guard.refusal_code}`", note(name, guard.meaning))
+        table_row(f"`{name}`", f"`{guard.refusal_code}`", note(name, guard.meaning))
         for name, guard in lifecycle.guards.items()
     ]
     not_allowed = errors.not_allowed if errors else (
         "The trigger has no row from the record's status.")
-    rows.append(_row("(the trigger is not allowed from the status)",
-                     f"`{lifecycle.not_allowed_code}`", _cell(not_allowed)))
+    rows.append(table_row("(the trigger is not allowed from the status)",
+                     f"`{lifecycle.not_allowed_code}`", cell(not_allowed)))
     return _subsection(
         "The code each guard refuses with",
         "When every row of a trigger refuses, nothing changes and the caller gets the "
@@ -170,10 +170,10 @@ def _recorded(lifecycle: AnyLifecycle) -> list[str]:
         f"Every value the table's effects and the logic beside it write into "
         f"`{codes.field}`, and when.",
         ("value", "when"),
-        (_row(f"`{value}`", _cell(when)) for value, when in codes.values.items()),
+        (table_row(f"`{value}`", cell(when)) for value, when in codes.values.items()),
     )
     if codes.others:
-        out = [*out[:-1], "", _plain(codes.others), ""]
+        out = [*out[:-1], "", plain(codes.others), ""]
     return out
 
 
@@ -181,7 +181,7 @@ def _subsection(title: str, intro: str, columns: tuple[str, ...],
                 rows: Iterable[str]) -> list[str]:
     """A table section one level down (``###``), under the page's ``## Error codes``."""
     return ["#" + line if line.startswith("## ") else line
-            for line in _table_section(title, intro, columns, rows)]
+            for line in table_section(title, intro, columns, rows)]
 
 
 # --- diagrams/README.md: the checklist and the glossary --------------------------------
@@ -241,10 +241,10 @@ def checklist(lifecycles: Mapping[str, AnyLifecycle]) -> list[str]:
     ]
     steps.append(_stored_record_step(shipped={"monitor", "outbox"} & set(lifecycles)))
     out = ["", "## An auditor's checklist", ""]
-    out += [f"{number}. **{title}.** {_plain(how)}"
+    out += [f"{number}. **{title}.** {plain(how)}"
             for number, (title, how) in enumerate(steps, 1)]
     out += ["", "## Glossary", ""]
-    out += [f"- **{word}**: {_plain(meaning)}" for word, meaning in GLOSSARY]
+    out += [f"- **{word}**: {plain(meaning)}" for word, meaning in GLOSSARY]
     return out
 
 

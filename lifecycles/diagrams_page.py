@@ -11,10 +11,18 @@ object, in a fixed order, so the same table gives the same bytes.
 from __future__ import annotations
 
 import inspect
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from lifecycles.diagrams_audit import checklist, sections
+from lifecycles.diagrams_markdown import (
+    cell,
+    markdown,
+    plain,
+    table_entries,
+    table_row,
+    table_section,
+)
 from lifecycles.invariants.core import FieldRule, field_rules
 from lifecycles.machines.blocks import source_of
 from lifecycles.machines.core import Lifecycle, Row
@@ -22,7 +30,6 @@ from lifecycles.machines.exploration import Exploration
 from lifecycles.machines.graph import shortest_paths, statuses_in_flow_order, statuses_reaching
 
 AnyLifecycle = Lifecycle[Any, Any]
-_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 REGENERATE = "lifecycles diagrams"
 CHECK = "lifecycles diagrams --check"
 
@@ -79,7 +86,6 @@ def page(lifecycle: AnyLifecycle, mermaid_source: str, *, svg_name: str | None,
     out += _reaching_finals(lifecycle)
     out += _guards(lifecycle)
     out += _effects(lifecycle)
-    from lifecycles.diagrams_audit import sections  # it reads this module's helpers
 
     out += sections(lifecycle)  # who fires each trigger; every error code
     out += _lease(lifecycle)
@@ -108,7 +114,7 @@ def index(lifecycles: Mapping[str, AnyLifecycle]) -> str:
     for name, lifecycle in lifecycles.items():
         pictures = f"[Mermaid]({name}.mmd) · [SVG]({name}.svg) · [DOT]({name}.dot)"
         out.append(
-            f"| [{_cell(name)}]({name}.md) | {_cell(lifecycle.description or '-')} "
+            f"| [{cell(name)}]({name}.md) | {cell(lifecycle.description or '-')} "
             f"| {len(lifecycle.statuses)} | {len(lifecycle.table)} "
             f"| `{lifecycle.table_version}` | {pictures} |"
         )
@@ -117,7 +123,6 @@ def index(lifecycles: Mapping[str, AnyLifecycle]) -> str:
         "`graphviz-version.txt` records the Graphviz version and font that drew the SVG "
         "files; the drift check compares SVG files only where the installed Graphviz matches.",
     ]
-    from lifecycles.diagrams_audit import checklist
 
     out += checklist(lifecycles)
     return "\n".join(out) + "\n"
@@ -139,33 +144,33 @@ def _statuses(lifecycle: AnyLifecycle) -> list[str]:
     finals = {status.value for status in lifecycle.final}
     claimable = {status.value for status in lifecycle.claimable}
     leased = lifecycle.leased.value if lifecycle.leased is not None else None
-    return _table_section(
+    return table_section(
         "Statuses", "In the order work reaches them.",
         ("status", "initial", "final", "leased", "claimable", "meaning"),
         (
-            _row(f"`{name}`", _yes(name == lifecycle.initial.value), _yes(name in finals),
+            table_row(f"`{name}`", _yes(name == lifecycle.initial.value), _yes(name in finals),
                  _yes(name == leased), _yes(name in claimable),
-                 _cell(lifecycle.status_meanings.get(name, "(no meaning declared)")))
+                 cell(lifecycle.status_meanings.get(name, "(no meaning declared)")))
             for name in statuses_in_flow_order(lifecycle)
         ),
     )
 
 def _transitions(lifecycle: AnyLifecycle) -> list[str]:
-    creation = _row("-", f"`{lifecycle.creation}`", "(new record)",
+    creation = table_row("-", f"`{lifecycle.creation}`", "(new record)",
                     f"`{lifecycle.initial.value}`", "-", "creates the record", "every field")
     rows = [creation]
-    for number, resolved in enumerate(_table_rows(lifecycle), start=1):
+    for number, resolved in enumerate(table_entries(lifecycle), start=1):
         # The rows of one table entry differ only in their source, and in their dest when
         # it is the source itself (``"dest": "="``).
         first = resolved[0]
         dests = {row.dest for row in resolved}
         dest = f"`{first.dest}`" if len(dests) == 1 else "the same status (`=`)"
-        rows.append(_row(
+        rows.append(table_row(
             str(number), f"`{first.trigger}`", ", ".join(f"`{row.source}`" for row in resolved),
             dest, _guard_cell(lifecycle, first), _effect_cell(lifecycle, first),
             ", ".join(f"`{field}`" for field in lifecycle.writes(first)),
         ))
-    return _table_section(
+    return table_section(
         "Transitions",
         "One line per row of the table, in table order. A trigger whose rows all refuse "
         f"changes nothing and raises the refusal code of the first blocking guard (or "
@@ -213,7 +218,7 @@ def _reaching_finals(lifecycle: AnyLifecycle) -> list[str]:
         for row in into:
             conditions = _conditions_in_words(lifecycle, row)
             effect = (
-                f" Effect `{row.effect}`: {_plain(lifecycle.effects[row.effect].meaning)}"
+                f" Effect `{row.effect}`: {plain(lifecycle.effects[row.effect].meaning)}"
                 if row.effect else ""
             )
             out.append(f"- `{row.trigger}` from `{row.source}`, {conditions}.{effect}")
@@ -234,22 +239,23 @@ def _guards(lifecycle: AnyLifecycle) -> list[str]:
                           key=lifecycle.triggers.index)
         return ", ".join(f"`{t}`" for t in triggers)
 
-    return _table_section(
+    return table_section(
         "Guards", None, ("guard", "holds when", "refusal code when it blocks", "used by"),
         (
-            _row(f"`{name}`", _cell(declared.meaning), f"`{declared.refusal_code}`", users(name))
+            table_row(f"`{name}`", cell(declared.meaning), f"`{declared.refusal_code}`",
+                      users(name))
             for name, declared in lifecycle.guards.items()
         ),
     )
 
 def _effects(lifecycle: AnyLifecycle) -> list[str]:
-    return _table_section(
+    return table_section(
         "Effects",
         "An effect computes the new values of exactly the fields it declares; the engine "
         "refuses an effect that writes any other field.",
         ("effect", "what it does", "writes"),
         (
-            _row(f"`{name}`", _cell(declared.meaning),
+            table_row(f"`{name}`", cell(declared.meaning),
                  ", ".join(f"`{field}`" for field in declared.writes))
             for name, declared in lifecycle.effects.items()
         ),
@@ -278,12 +284,12 @@ def _lease(lifecycle: AnyLifecycle) -> list[str]:
 
 
 def _invariants(lifecycle: AnyLifecycle) -> list[str]:
-    return _table_section(
+    return table_section(
         "Invariants",
         "Every record obeys every invariant: checked before every write and on every read. "
         f"A violation names the rule and raises `{lifecycle.invariants.code}`.",
         ("invariant", "meaning"),
-        (_row(f"`{rule.name}`", _cell(rule.meaning)) for rule in lifecycle.invariants),
+        (table_row(f"`{rule.name}`", cell(rule.meaning)) for rule in lifecycle.invariants),
     ) + _step_invariants(lifecycle)
 
 
@@ -291,14 +297,14 @@ def _step_invariants(lifecycle: AnyLifecycle) -> list[str]:
     steps = lifecycle.invariants.steps
     if not steps:
         return []
-    return _table_section(
+    return table_section(
         "Step invariants",
         "Every transition obeys every step invariant, a rule over the record before and "
         "after it: checked whenever a row fires, on every edge `lifecycles check` walks and "
         "on every step of the generated tests. A violation names the rule and raises "
         f"`{lifecycle.invariants.code}`; nothing is written.",
         ("step invariant", "meaning"),
-        (_row(f"`{rule.name}`", _cell(rule.meaning)) for rule in steps),
+        (table_row(f"`{rule.name}`", cell(rule.meaning)) for rule in steps),
     )
 
 def _checked(lifecycle: AnyLifecycle) -> list[str]:
@@ -308,7 +314,7 @@ def _checked(lifecycle: AnyLifecycle) -> list[str]:
     found = find_exploration(lifecycle)
     if found is None:
         return []
-    from lifecycles.machines.exploration import explore
+    from lifecycles.machines.exhaustive import explore
 
     exploration, _ = found
     result = explore(exploration)  # deterministic: the same counts on every machine
@@ -337,13 +343,13 @@ def _checked(lifecycle: AnyLifecycle) -> list[str]:
     out += _equivalent_mutants(exploration)
     if not exploration.accepted_cycles:
         return [*out, "No cycle avoids the final statuses.", ""]
-    return out + _table_section(
+    return out + table_section(
         "Cycles accepted without a final status",
         "A record may go round these cycles for as long as the outside world keeps it "
         "there; each is declared beside the table with its reason. Any other cycle fails "
         "the check.",
         ("triggers", "why it is intended"),
-        (_row(", ".join(f"`{t}`" for t in sorted(cycle.triggers)), _cell(cycle.reason))
+        (table_row(", ".join(f"`{t}`" for t in sorted(cycle.triggers)), cell(cycle.reason))
          for cycle in exploration.accepted_cycles),
     )
 
@@ -352,7 +358,7 @@ def _equivalent_mutants(exploration: Exploration[Any]) -> list[str]:
     """The table mutants declared harmless, and why (``lifecycles check --mutants``)."""
     if not exploration.equivalent_mutants:
         return []
-    return _table_section(
+    return table_section(
         "Table mutants declared equivalent",
         "`lifecycles check --mutants` makes every mistaken row an author could write (a "
         "guard dropped or flipped, a row sent elsewhere or deleted, a row out of a final "
@@ -360,7 +366,7 @@ def _equivalent_mutants(exploration: Exploration[Any]) -> list[str]:
         "except these, declared harmless with the reason. An invariant is listed when no "
         "mistaken row breaks it: it guards what the effects write and what stored rows carry.",
         ("mutant", "why it is harmless"),
-        (_row(f"`{declared.name}`", _cell(declared.reason))
+        (table_row(f"`{declared.name}`", cell(declared.reason))
          for declared in exploration.equivalent_mutants),
     )
 
@@ -391,13 +397,14 @@ def _interleaved(exploration: Exploration[Any]) -> list[str]:
 
 
 def _field_rules(lifecycle: AnyLifecycle) -> list[str]:
-    return _table_section(
+    return table_section(
         "Field rules",
         f"Each field of `{lifecycle.record_type.__name__}` is checked whenever a record is "
         "built, so a record with a malformed field cannot exist.",
         ("field", "rule", "demands", "empty (None) allowed"),
         (
-            _row(f"`{field}`", f"`{rule.name}`", _cell(_rule_meaning(rule)), _yes(rule.optional))
+            table_row(f"`{field}`", f"`{rule.name}`", cell(_rule_meaning(rule)),
+                      _yes(rule.optional))
             for field, rule in field_rules(lifecycle.record_type)
         ),
     )
@@ -457,22 +464,6 @@ def _generated_code(lifecycle: AnyLifecycle) -> list[str]:
 # --- helpers ---------------------------------------------------------------------
 
 
-def _table_section(title: str, intro: str | None, columns: Sequence[str],
-                   rows: Iterable[str]) -> list[str]:
-    """``## title``, an optional paragraph, and a Markdown table of ``rows`` (each one
-    :func:`_row`) under ``columns``: the shape of every tabular section of a page."""
-    out = [f"## {title}", ""]
-    if intro is not None:
-        out += [intro, ""]
-    out += [_row(*columns), "|" + " --- |" * len(columns), *rows]
-    return [*out, ""]
-
-
-def _row(*cells: str) -> str:
-    """One line of a Markdown table; every cell is already escaped (:func:`_cell`)."""
-    return "| " + " | ".join(cells) + " |"
-
-
 def signature(function: Callable[..., Any]) -> str:
     """``(name: Type, ...) -> Type`` as written in the source, without quoting."""
     parameters = inspect.signature(function).parameters.values()
@@ -503,18 +494,10 @@ def _annotation(annotation: object) -> str:
     return getattr(annotation, "__name__", repr(annotation))
 
 
-def _table_rows(lifecycle: AnyLifecycle) -> list[list[Row]]:
-    """The resolved rows grouped back into the table's rows (one per table entry)."""
-    grouped: dict[int, list[Row]] = {}
-    for row in lifecycle.rows:
-        grouped.setdefault(row.index, []).append(row)
-    return [grouped[index] for index in sorted(grouped)]
-
-
 def _guard_cell(lifecycle: AnyLifecycle, row: Row) -> str:
-    lines = [f"`{name}`: {_cell(lifecycle.guards[name].meaning)}" for name in row.conditions]
+    lines = [f"`{name}`: {cell(lifecycle.guards[name].meaning)}" for name in row.conditions]
     lines += [
-        f"`!{name}` (must NOT hold): {_cell(lifecycle.guards[name].meaning)}"
+        f"`!{name}` (must NOT hold): {cell(lifecycle.guards[name].meaning)}"
         for name in row.unless
     ]
     return "<br>".join(lines) if lines else "-"
@@ -523,16 +506,16 @@ def _guard_cell(lifecycle: AnyLifecycle, row: Row) -> str:
 def _effect_cell(lifecycle: AnyLifecycle, row: Row) -> str:
     if row.effect is None:
         return "-"
-    return f"`{row.effect}`: {_cell(lifecycle.effects[row.effect].meaning)}"
+    return f"`{row.effect}`: {cell(lifecycle.effects[row.effect].meaning)}"
 
 
 def _conditions_in_words(lifecycle: AnyLifecycle, row: Row) -> str:
     clauses = [
-        f"`{name}` ({_plain(lifecycle.guards[name].meaning).rstrip('.')})"
+        f"`{name}` ({plain(lifecycle.guards[name].meaning).rstrip('.')})"
         for name in row.conditions
     ]
     clauses += [
-        f"NOT `{name}` (it is false that: {_plain(lifecycle.guards[name].meaning).rstrip('.')})"
+        f"NOT `{name}` (it is false that: {plain(lifecycle.guards[name].meaning).rstrip('.')})"
         for name in row.unless
     ]
     if not clauses:
@@ -566,33 +549,4 @@ def _rule_meaning(rule: FieldRule) -> str:
 def _yes(flag: bool) -> str:
     return "yes" if flag else ""
 
-
-def _plain(text: str) -> str:
-    """Text that Markdown shows as written: docstring markup made Markdown
-    (:func:`markdown`), a ``<`` that could open an HTML tag escaped."""
-    return _TAG_START.sub("&lt;", markdown(text))
-
-
-_ROLE = re.compile(r":(?:py:)?[a-z]+:`(~?)([^`<]*?)(?:\s*<([^`>]*)>)?`")
-_LITERAL = re.compile(r"(?<!`)``([^`]+)``(?!`)")
-
-
-def markdown(text: str) -> str:
-    """reStructuredText markup of a docstring as Markdown: ````x```` and ``:func:`x```
-    become code (``:func:`~a.b``` shows ``b``; ``:ref:`title <target>``` the title), a
-    paragraph ending in ``::`` ends in ``:``."""
-    def role(found: re.Match[str]) -> str:
-        tilde, shown, target = found.groups()
-        if target is not None:
-            return shown.strip() or f"`{target}`"
-        return f"`{shown.rpartition('.')[2] if tilde else shown}`"
-
-    text = _ROLE.sub(role, text)
-    text = _LITERAL.sub(lambda found: f"`{found[1]}`", text)
-    return re.sub(r"(?<=\S)::$", ":", text, flags=re.MULTILINE)
-
-
-def _cell(text: str) -> str:
-    """Text safe inside a Markdown table cell."""
-    return _plain(text).replace("|", "\\|").replace("\n", " ")
 

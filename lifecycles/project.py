@@ -40,7 +40,7 @@ from typing import Any, Literal
 import attrs
 
 from lifecycles.loading import CheckerError, display, import_failure, import_target
-from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.core import DefinitionError, Lifecycle
 from lifecycles.registry import lifecycles_in, registered
 
 AnyLifecycle = Lifecycle[Any, Any]
@@ -212,8 +212,12 @@ def _entry_point_lifecycles(entry_point: EntryPoint) -> dict[str, AnyLifecycle]:
 
 def installed() -> list[AnyLifecycle]:
     """The shipped lifecycles, then those of the ``lifecycles.lifecycles`` entry points
-    (sorted by entry point name)."""
-    found = list(registered().values())
+    (sorted by entry point name). A shipped declaration that is invalid is
+    ``definition_invalid``, at the ``file:line`` of its ``Lifecycle(...)`` call."""
+    try:
+        found = list(registered().values())
+    except DefinitionError as error:
+        raise import_failure("the shipped lifecycles", error) from error
     for entry_point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         found.extend(_entry_point_lifecycles(entry_point).values())
     return found

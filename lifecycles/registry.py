@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from lifecycles.machines.core import DefinitionError, Lifecycle
+from lifecycles.machines.core import Lifecycle
 
 SHIPPED = ("lifecycles.machines.monitor", "lifecycles.machines.outbox")
 """The modules declaring the lifecycles shipped with lifecycles, in their stable order:
@@ -20,19 +20,14 @@ the apps installed with the framework, named here only, as a project names its o
 def registered() -> dict[str, Lifecycle[Any, Any]]:
     """Every shipped lifecycle, keyed by name, in a stable order.
 
-    A shipped declaration that is invalid raises :class:`~lifecycles.loading.CheckerError`
-    (``definition_invalid``, at the ``file:line`` of its ``Lifecycle(...)`` call), which
-    ``check`` and ``diagrams`` report as they report a ``--module`` of the user's.
+    A shipped declaration that is invalid raises its
+    :class:`~lifecycles.machines.core.DefinitionError`;
+    :func:`lifecycles.project.installed` reports it as ``check`` and ``diagrams`` report a
+    ``--module`` of the user's.
     """
     found: dict[str, Lifecycle[Any, Any]] = {}
     for name in SHIPPED:
-        try:
-            module = importlib.import_module(name)
-        except DefinitionError as error:
-            from lifecycles.loading import import_failure  # loading imports this module
-
-            raise import_failure("the shipped lifecycles", error) from error
-        found.update(lifecycles_in(module))
+        found.update(lifecycles_in(importlib.import_module(name)))
     return found
 
 

@@ -25,7 +25,7 @@ Each block is a :class:`~lifecycles.machines.core.Guard`, ``Effect``, ``Invarian
 ``StepInvariant`` like any other, named (the defaults above; ``prefix`` and ``rename``
 when two policies share a lifecycle) with a one-line meaning that states its concrete
 arithmetic in the author's field names (``failures + 1 < max_failures``). Its function is
-generated code with those names substituted, as :func:`lifecycles.machines.core.builder`
+generated code with those names substituted, as :func:`lifecycles.machines.builders.builder`
 generates a record's constructor, and keeps its source text on the function
 (``__lifecycles_source__``): the table version digests it
 (:mod:`lifecycles.machines.versioning`), so a changed field name, bound or backoff

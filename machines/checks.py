@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from lifecycles.machines.core import DefinitionError
+from lifecycles.machines.declaration import DefinitionError
 from lifecycles.machines.graph import reachable_statuses, statuses_reaching
 
 if TYPE_CHECKING:

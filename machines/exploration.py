@@ -373,147 +373,173 @@ class _Collections:
 _COLLECTIONS = _Collections()
 
 
-def explore(
-    exploration: Exploration[R], *, keep_records: bool = False, keep_graph: bool = False,
-    progress: Callable[[ExplorationResult], None] | None = None,
-    moves_start_as: Exploration[R] | None = None, processes: int = 1,
-) -> ExplorationResult:
-    """Breadth-first search of every abstract state within the declared bounds.
-
-    With ``keep_records`` the result lists the first concrete record reached in each
-    state (to compare abstractions, say); with ``keep_graph`` it keeps every edge, for
-    the liveness analysis (:mod:`lifecycles.machines.liveness`). ``progress`` is called
-    with the figures so far (states, edges, depth, seconds) once the search has run for
-    :data:`PROGRESS_AFTER` seconds, then about once a second. ``moves_start_as``: the
-    exploration whose table says where each move may start (default: this one; a table
-    mutant is tried from where the declared table's moves start). With ``processes`` above
-    one the initial records may be searched apart, in that many processes, when that gives
-    exactly the serial search's result (:mod:`lifecycles.machines.partition`).
-    """
-    options: dict[str, Any] = dict(keep_records=keep_records, keep_graph=keep_graph,
-                                   progress=progress, moves_start_as=moves_start_as)
-    if processes > 1 and not exploration.lifecycle._observers:  # they would not see it
-        from lifecycles.machines.partition import explore_apart
-
-        if (apart := explore_apart(exploration, processes, **options)) is not None:
-            return apart
-    return search(exploration, **options)[0]
-
-
 def search(
     exploration: Exploration[R], *, keep_records: bool = False, keep_graph: bool = False,
     progress: Callable[[ExplorationResult], None] | None = None,
     moves_start_as: Exploration[R] | None = None, initial: Sequence[int] | None = None,
 ) -> tuple[ExplorationResult, list[Node[R]]]:
-    """:func:`explore` in this process, and the states found (record, parent, step, depth);
-    ``initial``: the numbers of the initial records searched from (default: all)."""
-    lifecycle = exploration.lifecycle
-    result = ExplorationResult(lifecycle.name)
-    fired = _Fired(lifecycle)
-    result.coverage = fired
+    """:func:`~lifecycles.machines.exhaustive.explore` in this process, and the states
+    found (record, parent, step, depth); ``initial``: the numbers of the initial records
+    searched from (default: all)."""
     started = time.perf_counter()
-    nodes: list[Node[R]] = []
-    # Deduplication by fingerprint, as TLC and stateright do: ``seen`` maps the 64-bit
-    # ``hash`` of a state's abstraction key to the first state that had it, instead of
-    # holding every key. A hit is confirmed against that state's key, recomputed from its
-    # record (the abstraction is pure), so a collision is never taken for a visited state:
-    # the colliding key is then kept whole in ``collided``. For well-spread hashes a
-    # collision among n states has probability about n^2 / 2^65 (3e-13 for 3,000 states,
-    # 3e-8 for a million), but some distinct values share a hash (hash(-1) == hash(-2)):
-    # either way the states found never depend on the hash, only the memory used does.
-    seen: dict[int, int] = {}
-    collided: dict[Hashable, int] = {}
-    abstraction = exploration.abstraction
-    graph = Graph(trace_to=lambda index: node_trace(nodes, index)) if keep_graph else None
-    result.graph = graph
-    queue: deque[int] = deque()
+    run = _Search(exploration, keep_graph=keep_graph, moves_start_as=moves_start_as)
+    result = run.result
+    if not run.add_initial_records(initial):  # a refused initial record: no search at all
+        result.seconds = time.perf_counter() - started
+        return result, run.nodes
+    with exploration.lifecycle.observing(run.fired), _COLLECTIONS.fewer():
+        run.breadth_first(started, progress)
+    result.states, result.edges, result.refusals = len(run.nodes), run.edges, run.refusals
+    result.seconds = time.perf_counter() - started
+    if keep_records:
+        result.records = [node.record for node in run.nodes]
+    return result, run.nodes
 
-    # The keys of the states found lately (most edges lead to a few of them), so a hit is
-    # confirmed without computing its key again; bounded, unlike keeping every key.
-    recent: dict[int, Hashable] = {}
 
-    def find(key: Hashable, fingerprint: int) -> int | None:
+_Performer = Callable[[Fire, Any, Any], Any]
+
+
+class _Search(Generic[R]):
+    """One breadth-first search: the states found, how each is looked up, the queue.
+
+    Deduplication is by fingerprint, as TLC and stateright do: ``seen`` maps the 64-bit
+    ``hash`` of a state's abstraction key to the first state that had it, instead of
+    holding every key. A hit is confirmed against that state's key, recomputed from its
+    record (the abstraction is pure), so a collision is never taken for a visited state:
+    the colliding key is then kept whole in ``collided``. For well-spread hashes a
+    collision among n states has probability about n^2 / 2^65 (3e-13 for 3,000 states,
+    3e-8 for a million), but some distinct values share a hash (hash(-1) == hash(-2)):
+    either way the states found never depend on the hash, only the memory used does.
+    ``recent`` holds the keys of the states found lately (most edges lead to a few of
+    them), so a hit is confirmed without computing its key again; bounded, unlike keeping
+    every key.
+    """
+
+    def __init__(self, exploration: Exploration[R], *, keep_graph: bool,
+                 moves_start_as: Exploration[R] | None) -> None:
+        self.exploration = exploration
+        self.lifecycle = lifecycle = exploration.lifecycle
+        self.abstraction = exploration.abstraction
+        self.result = ExplorationResult(lifecycle.name)
+        self.fired = self.result.coverage = _Fired(lifecycle)
+        self.nodes: list[Node[R]] = []
+        self.seen: dict[int, int] = {}
+        self.collided: dict[Hashable, int] = {}
+        self.recent: dict[int, Hashable] = {}
+        self.queue: deque[int] = deque()
+        self.graph = Graph(trace_to=lambda index: node_trace(self.nodes, index)) \
+            if keep_graph else None
+        self.result.graph = self.graph
+        self.edges = self.refusals = 0  # counted here, into the result when it is read
+        # The moves that may start from each status (their triggers' sources), found once.
+        self.sources = {move.name: (moves_start_as or exploration).sources(move)
+                        for move in exploration.moves}
+        self.moves_from: dict[str, tuple[tuple[Move[R, Any], _Performer], ...]] = {}
+
+    # -- the states found ------------------------------------------------------------
+
+    def find(self, key: Hashable, fingerprint: int) -> int | None:
         """The state whose key is ``key``, if one was reached."""
-        target = seen.get(fingerprint)
+        target = self.seen.get(fingerprint)
         if target is None:
             return None
+        recent = self.recent
         known = recent.get(target)
         if known is None:
             if len(recent) >= RECENT_KEYS:
                 recent.clear()
-            known = recent[target] = abstraction(nodes[target].record)
-        return target if known == key else collided.get(key)
+            known = recent[target] = self.abstraction(self.nodes[target].record)
+        return target if known == key else self.collided.get(key)
 
-    def add_node(node: Node[R], key: Hashable, fingerprint: int) -> int:
+    def add_node(self, node: Node[R], key: Hashable, fingerprint: int) -> int:
+        """Keep ``node`` as a new state (its key ``key``) and queue it; its number."""
+        nodes, recent = self.nodes, self.recent
         index = len(nodes)
         nodes.append(node)
         if len(recent) >= RECENT_KEYS:
             recent.clear()
         recent[index] = key
-        if fingerprint in seen:
-            collided[key] = index
+        if fingerprint in self.seen:
+            self.collided[key] = index
         else:
-            seen[fingerprint] = index
-        status = lifecycle.status_of(node.record)
-        if graph is not None:
-            graph.final.append(status in lifecycle.final)
-            graph.edges.append([])
-        result.statuses.add(str(status))
+            self.seen[fingerprint] = index
+        status = self.lifecycle.status_of(node.record)
+        if self.graph is not None:
+            self.graph.final.append(status in self.lifecycle.final)
+            self.graph.edges.append([])
+        self.result.statuses.add(str(status))
+        self.queue.append(index)
         return index
 
-    # The moves that may start from each status (their triggers' sources), found once.
-    moves_from: dict[str, tuple[tuple[Move[R, Any], Callable[[Fire, R, Any], R]], ...]] = {}
-    sources = {move.name: (moves_start_as or exploration).sources(move)
-               for move in exploration.moves}
-
-    def fail(kind: str, error: BaseException | None, message: str, rules: tuple[str, ...],
-             parent: int, step: Step | None) -> None:
-        initial, trace = node_trace(nodes, parent) if parent >= 0 else (0, ())
+    def fail(self, kind: str, error: BaseException | None, message: str,
+             rules: tuple[str, ...], parent: int, step: Step | None) -> None:
+        """Record the violation found, with the shortest trace to it."""
+        initial, trace = node_trace(self.nodes, parent) if parent >= 0 else (0, ())
         if step is not None:
             trace = (*trace, step)
-        result.violation = Violation(
+        self.result.violation = Violation(
             kind, message, rules, initial, trace, type(error).__name__ if error else kind
         )
 
-    records = list(enumerate(exploration.initial()))
-    for number, record in records if initial is None else [records[at] for at in initial]:
-        try:
-            lifecycle.create(record)
-        except (InvariantViolation, TransitionRefused) as error:
-            fail("invariant", error, f"initial record {number} is refused: {error}",
-                 tuple(getattr(error, "rules", ())), -1, None)
-            result.seconds = time.perf_counter() - started
-            return result, nodes
-        key = abstraction(record)
-        if find(key, hash(key)) is None:
-            queue.append(add_node(Node(record, -1, None, 0, number), key, hash(key)))
+    # -- the steps of the search -----------------------------------------------------
 
-    repeats = Repeats(lifecycle, fired)
-    fire, max_depth, max_states = repeats.fire, exploration.max_depth, exploration.max_states
-    none, edges, refusals = _Fired.NONE, 0, 0  # counted here, into result when it is read
-    with lifecycle.observing(fired), _COLLECTIONS.fewer():
+    def add_initial_records(self, numbers: Sequence[int] | None) -> bool:
+        """Admit and keep the initial records (those numbered ``numbers``, default all);
+        False when one is refused, which is the search's finding."""
+        records = list(enumerate(self.exploration.initial()))
+        for number, record in records if numbers is None else [records[at] for at in numbers]:
+            try:
+                self.lifecycle.create(record)
+            except (InvariantViolation, TransitionRefused) as error:
+                self.fail("invariant", error, f"initial record {number} is refused: {error}",
+                          tuple(getattr(error, "rules", ())), -1, None)
+                return False
+            key = self.abstraction(record)
+            if self.find(key, hash(key)) is None:
+                self.add_node(Node(record, -1, None, 0, number), key, hash(key))
+        return True
+
+    def breadth_first(self, started: float,
+                      progress: Callable[[ExplorationResult], None] | None) -> None:
+        """Take states from the queue until none is left or a violation is found; a state
+        at the depth bound is not expanded (the search is then cut)."""
+        result, queue, nodes = self.result, self.queue, self.nodes
+        repeats = Repeats(self.lifecycle, self.fired)
+        max_depth = self.exploration.max_depth
         report_at = started + PROGRESS_AFTER
         while queue and result.violation is None:
             if progress is not None and time.perf_counter() >= report_at:
                 result.states, result.seconds = len(nodes), time.perf_counter() - started
-                result.edges, result.refusals = edges, refusals
+                result.edges, result.refusals = self.edges, self.refusals
                 progress(result)
                 report_at = time.perf_counter() + 1.0
             index = queue.popleft()
-            node = nodes[index]
-            if node.depth >= max_depth:
+            if nodes[index].depth >= max_depth:
                 result.truncated = True
                 continue
-            record = node.record
-            repeats.start(record)
-            status = str(lifecycle.status_of(record))
-            moves = moves_from.get(status)
-            if moves is None:  # a move's run, unless a subclass performs it otherwise
-                moves = moves_from[status] = tuple(
-                    (move, move.run if type(move).perform is Move.perform else move.perform)
-                    for move in exploration.moves if status in sources[move.name])
-            out = graph.edges[index] if graph is not None else None
-            for move, perform in moves:
+            repeats.start(nodes[index].record)
+            self.expand(index, repeats.fire)
+
+    def moves_out_of(self, status: str) -> tuple[tuple[Move[R, Any], _Performer], ...]:
+        """The moves that may start from ``status``, each with how it is performed (its
+        run, unless a subclass performs it otherwise)."""
+        moves = self.moves_from.get(status)
+        if moves is None:
+            moves = self.moves_from[status] = tuple(
+                (move, move.run if type(move).perform is Move.perform else move.perform)
+                for move in self.exploration.moves if status in self.sources[move.name])
+        return moves
+
+    def expand(self, index: int, fire: Fire) -> None:
+        """Try every move and choice from state ``index``; stop at the first violation."""
+        node = self.nodes[index]
+        record, fired, none = node.record, self.fired, _Fired.NONE
+        broken_in = self.lifecycle.invariants.broken
+        abstraction, seen, recent = self.abstraction, self.seen, self.recent
+        out = self.graph.edges[index] if self.graph is not None else None
+        edges = refusals = 0  # locals in the loop, added to the counts once
+        try:
+            for move, perform in self.moves_out_of(str(self.lifecycle.status_of(record))):
                 for number, choice in enumerate(move.choices(record)):
                     fired.triggers, fired.last = none, None
                     try:
@@ -523,44 +549,47 @@ def search(
                         continue
                     except Exception as error:  # any other escape is a finding, not a crash
                         step = Step(move.name, number, move.describe_choice(record, choice))
-                        fail("invariant" if isinstance(error, InvariantViolation) else "error",
-                             error, f"{type(error).__name__}: {error}",
-                             tuple(getattr(error, "rules", ())), index, step)
-                        break
+                        self.fail("invariant" if isinstance(error, InvariantViolation) else "error",
+                                  error, f"{type(error).__name__}: {error}",
+                                  tuple(getattr(error, "rules", ())), index, step)
+                        return
                     edges += 1
-                    # A record the engine made passed its invariants there; any other (a
-                    # move that wrote around the engine) is checked here.
-                    broken = () if after is fired.last else tuple(
-                        lifecycle.invariants.broken(after))
+                    # A record the engine made passed its invariants there; any other (a move
+                    # that wrote around the engine) is checked here.
+                    broken = () if after is fired.last else tuple(broken_in(after))
                     if broken:
                         step = Step(move.name, number, move.describe_choice(record, choice))
-                        fail("invariant", None, f"reached a record breaking {', '.join(broken)}",
-                             broken, index, step)
-                        break
+                        self.fail("invariant", None, f"reached a record breaking "
+                                  f"{', '.join(broken)}", broken, index, step)
+                        return
                     key = abstraction(after)
                     fingerprint = hash(key)
                     target = seen.get(fingerprint)  # most edges: a state whose key is recent
                     if target is None or recent.get(target, _UNKNOWN) != key:
-                        target = find(key, fingerprint)
-                    if target is None:
-                        if len(nodes) >= max_states:
-                            result.truncated = True
-                            continue
-                        step = Step(move.name, number, move.describe_choice(record, choice))
-                        target = add_node(
-                            Node(after, index, step, node.depth + 1, node.initial), key,
-                            fingerprint)
-                        queue.append(target)
-                        result.depth = max(result.depth, node.depth + 1)
-                    if out is not None:  # another state's key: another record, unequal
+                        target = self.find(key, fingerprint)
+                        if target is None:
+                            target = self.new_state(after, key, fingerprint, index, move, number,
+                                                    choice)
+                    if target is not None and out is not None:
+                        # another state's key: another record, unequal
                         out.append((target, fired.triggers, target != index or after != record))
-                if result.violation is not None:
-                    break
-    result.states, result.edges, result.refusals = len(nodes), edges, refusals
-    result.seconds = time.perf_counter() - started
-    if keep_records:
-        result.records = [node.record for node in nodes]
-    return result, nodes
+        finally:
+            self.edges += edges
+            self.refusals += refusals
+
+
+    def new_state(self, after: R, key: Hashable, fingerprint: int, parent: int,
+                  move: Move[R, Any], number: int, choice: Any) -> int | None:
+        """Keep ``after``, reached from state ``parent``, as a new state; None when the
+        state bound is reached (the search is then cut)."""
+        if len(self.nodes) >= self.exploration.max_states:
+            self.result.truncated = True
+            return None
+        node = self.nodes[parent]
+        step = Step(move.name, number, move.describe_choice(node.record, choice))
+        self.result.depth = max(self.result.depth, node.depth + 1)
+        return self.add_node(Node(after, parent, step, node.depth + 1, node.initial), key,
+                             fingerprint)
 
 
 class TraceMismatch(AssertionError):

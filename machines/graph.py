@@ -6,7 +6,7 @@ Definition checks (is every status reachable, can every status finish), auditor 
 these functions, so they cannot disagree on what the table allows.
 
 Only the table is walked here. The checker's state-space search
-(:func:`lifecycles.machines.exploration.explore`) walks records, not statuses, and
+(:func:`lifecycles.machines.exhaustive.explore`) walks records, not statuses, and
 keeps its own queue, but it reads its traces back with :func:`trace_back` like
 :func:`shortest_paths` does.
 """
@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lifecycles.machines.core import Row
+from lifecycles.machines.declaration import Row
 
 if TYPE_CHECKING:
     from lifecycles.machines.core import Lifecycle

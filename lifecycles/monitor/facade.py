@@ -100,7 +100,8 @@ from lifecycles.monitor.values import (
 )
 from lifecycles.stores.base import StaleRecord, UniqueViolation
 from lifecycles.stores.sql import SQLStore
-from lifecycles.worker import REFUSALS, LeaseWork, new_lease_token
+from lifecycles.worker_lease import REFUSALS, new_lease_token
+from lifecycles.worker_steps import LeaseWork
 
 SCHEMA_VERSION = MonitorSchema.VERSION
 # Derived from the declarations, never listed again.

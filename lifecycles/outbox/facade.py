@@ -73,7 +73,7 @@ from lifecycles.stores.files import (
     UnsafePath,
     UntrustedRecord,
 )
-from lifecycles.worker import ExclusiveWork
+from lifecycles.worker_steps import ExclusiveWork
 
 STATE_DIR_VARIABLE = "REIN_AHARNESS_STATE_DIR"
 OUTBOX_DIRECTORY = "close-outbox"
@@ -533,43 +533,9 @@ class CloseOutbox:
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ValueError("limit must be an integer between 1 and 1000")
-        quarantined = 0
-        pending = OutboxStatus.PENDING.value
         with _translated_store_errors(), self.store.exclusive("replay"):
-            listing = self.store.first_names(pending, limit)
-            ready: list[OutboxRecord] = []
-            interrupted = bool(listing.shadowed)  # a move left half done
-            for name in listing.first:
-                try:
-                    record = self.store.read_named(pending, name)
-                except UntrustedRecord as error:
-                    self.store.quarantine_material(pending, name, quarantine_reason(error))
-                    quarantined += 1
-                    continue
-                if record is None:
-                    continue  # gone since the listing (a nested call of this process)
-                try:
-                    found = self.store.get(record.entry_id)  # delivered/ is searched first
-                except UntrustedRecord:
-                    found = None  # material in delivered/ that is no record
-                fate = pending_copy_fate(record, found)
-                if fate is CopyFate.DISCARD and self.store.discard_shadowed(record, pending):
-                    continue  # delivered by an earlier, interrupted replay
-                if fate is not CopyFate.REPLAY:  # a conflict, or a copy changed meanwhile
-                    inputs = OutboxInputs(_now(), reason=CONFLICT_REASON)
-                    self.store.fire(record, "quarantine", inputs)
-                    quarantined += 1
-                    continue
-                interrupted = interrupted or replay_was_interrupted(record)
-                ready.append(record)
-            # A replay that died mid-way may have left temporary files in directories no
-            # routine call lists (each listing of pending/ sweeps that one): sweep them
-            # on that sign only, as delivered/ grows without bound. A quarantine writes
-            # into quarantine/, a rare event: it sweeps that directory too.
-            if interrupted:
-                self.store.sweep(OutboxStatus.DELIVERED.value)
-            if interrupted or quarantined:
-                self.store.sweep(OutboxStatus.QUARANTINED.value)
+            ready, quarantined, interrupted = self._entries_to_replay(limit)
+            self._sweep_after(interrupted=interrupted, quarantined=quarantined)
             # The worker's pass, with deliver as its handler: every attempt durable (one
             # batch, one directory sync) before the first deliver call; the outcomes
             # written as one batch after the last, even when a deliver call interrupts
@@ -578,19 +544,67 @@ class CloseOutbox:
             outcomes = self._attempts.run(
                 self.store, ready, lambda record: deliver(request_of(record)),
                 OutboxInputs(_now()))
-            attempted = len(outcomes)
             delivered = sum(outcome.trigger == "deliver" for outcome in outcomes)
-            failed = attempted - delivered
             # What pending/ holds now, less the copies shadowed by delivered/ (the tails
             # of interrupted moves, usually none): not pending, whatever their file.
-            remaining = self.store.count(pending)
             return ReplayReport(
-                attempted=attempted,
+                attempted=len(outcomes),
                 delivered=delivered,
-                failed=failed,
+                failed=len(outcomes) - delivered,
                 quarantined=quarantined,
-                remaining=remaining,
+                remaining=self.store.count(OutboxStatus.PENDING.value),
             )
+
+    def _entries_to_replay(self, limit: int) -> tuple[list[OutboxRecord], int, bool]:
+        """The first ``limit`` pending entries, in entry-id order, sorted out: those to
+        deliver, how many were quarantined instead, and whether an earlier replay was
+        interrupted (a move left half done, or an entry's attempt never finished)."""
+        pending = OutboxStatus.PENDING.value
+        listing = self.store.first_names(pending, limit)
+        ready: list[OutboxRecord] = []
+        quarantined = 0
+        interrupted = bool(listing.shadowed)  # a move left half done
+        for name in listing.first:
+            record, was_quarantined = self._entry_to_replay(pending, name)
+            quarantined += was_quarantined
+            if record is not None:
+                interrupted = interrupted or replay_was_interrupted(record)
+                ready.append(record)
+        return ready, quarantined, interrupted
+
+    def _entry_to_replay(self, pending: str, name: str) -> tuple[OutboxRecord | None, bool]:
+        """The pending entry ``name`` when it is to be delivered, else ``None``; and whether
+        it was quarantined: untrusted material, a conflict with its delivered copy, or a
+        copy changed meanwhile. An entry gone since the listing, or already delivered by
+        an interrupted replay (its pending copy is discarded), is neither."""
+        try:
+            record = self.store.read_named(pending, name)
+        except UntrustedRecord as error:
+            self.store.quarantine_material(pending, name, quarantine_reason(error))
+            return None, True
+        if record is None:
+            return None, False  # gone since the listing (a nested call of this process)
+        try:
+            found = self.store.get(record.entry_id)  # delivered/ is searched first
+        except UntrustedRecord:
+            found = None  # material in delivered/ that is no record
+        fate = pending_copy_fate(record, found)
+        if fate is CopyFate.DISCARD and self.store.discard_shadowed(record, pending):
+            return None, False  # delivered by an earlier, interrupted replay
+        if fate is not CopyFate.REPLAY:  # a conflict, or a copy changed meanwhile
+            self.store.fire(record, "quarantine", OutboxInputs(_now(), reason=CONFLICT_REASON))
+            return None, True
+        return record, False
+
+    def _sweep_after(self, *, interrupted: bool, quarantined: int) -> None:
+        """A replay that died mid-way may have left temporary files in directories no
+        routine call lists (each listing of pending/ sweeps that one): sweep them on that
+        sign only, as delivered/ grows without bound. A quarantine writes into
+        quarantine/, a rare event: it sweeps that directory too."""
+        if interrupted:
+            self.store.sweep(OutboxStatus.DELIVERED.value)
+        if interrupted or quarantined:
+            self.store.sweep(OutboxStatus.QUARANTINED.value)
 
     def pending_count(self) -> int:
         """The ``*.json`` files in ``pending/``, less those ``delivered/`` also holds (the

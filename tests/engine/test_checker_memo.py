@@ -14,7 +14,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from lifecycles.machines.exploration import explore
+from lifecycles.machines.exhaustive import explore
 from lifecycles.machines.memo import ByIdentity, memoized
 from lifecycles.machines.monitor import parse_answer, poll_step, reader_error_code
 from lifecycles.machines.monitor.inputs import (

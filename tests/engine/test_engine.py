@@ -20,7 +20,7 @@ from transitions import Machine
 
 from lifecycles.invariants.core import InvariantSet, InvariantViolation, invariant
 from lifecycles.invariants.monitor import STATE_INVALID, MonitorRecord, MonitorStatus
-from lifecycles.machines import core
+from lifecycles.machines import engine
 from lifecycles.machines.core import (
     Changes,
     EffectContractError,
@@ -517,7 +517,7 @@ def test_one_machine_per_lifecycle_and_firing_grows_nothing(
     assert {name: len(e.transitions) for name, e in machine.events.items()} == events_before
     assert set(machine.states) == states_before
     gc.collect()
-    assert not [obj for obj in gc.get_objects() if isinstance(obj, core._Adapter)]
+    assert not [obj for obj in gc.get_objects() if isinstance(obj, engine._Adapter)]
 
 
 def test_the_shared_machine_fires_correctly_from_many_threads() -> None:

@@ -14,7 +14,7 @@ from support.deliveries import DELIVERIES, Message, MessageInputs, MessageStatus
 from lifecycles.stores.base import Store
 from lifecycles.stores.files import FilesStore
 from lifecycles.stores.memory import MemoryStore
-from lifecycles.worker import ExclusiveWork
+from lifecycles.worker_steps import ExclusiveWork
 
 
 @pytest.fixture(params=["memory", "files"])

@@ -23,7 +23,8 @@ import attrs
 import pytest
 
 from lifecycles.loading import load_exploration
-from lifecycles.machines.exploration import Exploration, explore
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.exploration import Exploration
 from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.monitor.inputs import monitor_exploration
 from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION

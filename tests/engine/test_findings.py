@@ -8,7 +8,8 @@ from pathlib import Path
 
 import attrs
 
-from lifecycles.machines.exploration import explore, trigger_move
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.exploration import trigger_move
 from lifecycles.machines.findings import search_findings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

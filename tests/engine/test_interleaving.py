@@ -14,7 +14,8 @@ import pytest
 
 from lifecycles.invariants.core import InvariantSet
 from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.exploration import Exploration, TraceMismatch, explore
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.exploration import Exploration, TraceMismatch
 from lifecycles.machines.interleaving import (
     InterleavingViolation,
     explore_workers,

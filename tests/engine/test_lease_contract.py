@@ -18,7 +18,8 @@ from lifecycles.machines import lease
 from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
 from lifecycles.stores.base import StaleRecord, Store
 from lifecycles.stores.memory import MemoryStore
-from lifecycles.worker import HeldLease, Worker
+from lifecycles.worker import Worker
+from lifecycles.worker_lease import HeldLease
 
 R = TypeVar("R")
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import attrs
 
-from lifecycles.machines.exploration import AcceptedCycle, Graph, explore
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.exploration import AcceptedCycle, Graph
 from lifecycles.machines.liveness import liveness
 from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION

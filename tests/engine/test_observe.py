@@ -22,7 +22,8 @@ from lifecycles import observe
 from lifecycles.machines.work import Outcome, Permanent
 from lifecycles.stores.base import Store, StoreUnavailable
 from lifecycles.stores.sqlite import SQLiteStore
-from lifecycles.worker import HeldLease, Idle, Worker
+from lifecycles.worker import Idle, Worker
+from lifecycles.worker_lease import HeldLease
 
 StoreFactory = Callable[[], Store[Task]]
 LOGGER = "lifecycles.tasks"

@@ -1,7 +1,7 @@
 """A record type with converters or ``__attrs_post_init__``: a row builds the new record
 as ``attrs.evolve`` would.
 
-``Lifecycle.apply_row`` builds the new record through ``evolver`` (machines/core.py), a
+``Lifecycle.apply_row`` builds the new record through ``evolver`` (machines/builders.py), a
 generated copy that converts and validates only the changed fields. A plain converter
 runs there on each written value; a record class whose construction can do more (an
 ``attrs.Converter`` that reads the instance or the field, an ``__attrs_post_init__``)

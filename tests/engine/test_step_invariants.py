@@ -22,7 +22,8 @@ from lifecycles.invariants.core import InvariantSet, StepViolation, step_invaria
 from lifecycles.invariants.monitor import MonitorRecord, MonitorStatus
 from lifecycles.invariants.outbox import OutboxRecord
 from lifecycles.machines.core import Changes, Lifecycle, effect
-from lifecycles.machines.exploration import Exploration, explore, trigger_move
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.exploration import Exploration, trigger_move
 from lifecycles.machines.monitor import MONITOR, MonitorInputs
 from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs

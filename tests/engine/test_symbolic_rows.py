@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from support.postgres import connect_in, require_postgres, temporary_schema
 
 from lifecycles.machines.core import Lifecycle, Row
-from lifecycles.machines.exploration import Exploration, explore
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.exploration import Exploration
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.outbox import OUTBOX

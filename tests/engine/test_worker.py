@@ -23,7 +23,8 @@ from lifecycles.machines.work import Outcome, Permanent, Raised, Returned
 from lifecycles.stores.base import Store, StoreUnavailable
 from lifecycles.stores.memory import MemoryStore
 from lifecycles.stores.sqlite import SQLiteStore
-from lifecycles.worker import HeldLease, Idle, Worker, WorkOutcome
+from lifecycles.worker import Idle, Worker
+from lifecycles.worker_lease import HeldLease, WorkOutcome
 
 StoreFactory = Callable[[], Store[Task]]
 

@@ -24,7 +24,8 @@ from support.tasks import TASKS, Task, TaskStatus, new_task
 from lifecycles.stores.base import Store
 from lifecycles.stores.memory import MemoryStore
 from lifecycles.stores.sqlite import SQLiteStore
-from lifecycles.worker import HeldLease, Worker, WorkOutcome
+from lifecycles.worker import Worker
+from lifecycles.worker_lease import HeldLease, WorkOutcome
 
 assert TASKS.handling is not None
 UNRENEWED = attrs.evolve(TASKS.handling, renewal=None)

@@ -13,7 +13,8 @@ from support.postgres import connect_in, pg_schema, require_postgres, temporary_
 from support.tasks import TASKS, Task, new_task
 
 from lifecycles.stores.base import Store, StoreUnavailable
-from lifecycles.worker import HeldLease, Idle, Worker
+from lifecycles.worker import Idle, Worker
+from lifecycles.worker_lease import HeldLease
 
 __all__ = ["pg_schema"]  # a fixture, used by name
 

@@ -41,7 +41,7 @@ from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.machines.work import Returned
 from lifecycles.monitor.schema import MonitorSchema
 from lifecycles.stores.base import SchemaMismatch, Store, StoreDamaged, UniqueViolation
-from lifecycles.worker import LeaseWork
+from lifecycles.worker_steps import LeaseWork
 
 require_postgres()
 

@@ -13,11 +13,11 @@ import attrs
 import pytest
 
 from lifecycles.diagrams import generate
-from lifecycles.diagrams_page import markdown
+from lifecycles.diagrams_markdown import markdown
 from lifecycles.diagrams_pictures import find_graphviz
 from lifecycles.invariants.core import field_rules
 from lifecycles.loading import find_exploration
-from lifecycles.machines.exploration import explore
+from lifecycles.machines.exhaustive import explore
 from lifecycles.registry import registered
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from lifecycles.checker import EXIT_OK, EXIT_UNAVAILABLE, run_check
-from lifecycles.machines.exploration import explore
+from lifecycles.checker import run_check
+from lifecycles.checker_report import EXIT_OK, EXIT_UNAVAILABLE
+from lifecycles.machines.exhaustive import explore
 from lifecycles.machines.monitor.inputs import EXPLORATION
 
 
@@ -72,7 +73,7 @@ def test_a_long_search_reports_its_progress(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(search, "PROGRESS_AFTER", 0.0)  # every search is "long" here
     heard: list[tuple[int, int]] = []
     if searched == "one record":
-        result: Any = search.explore(
+        result: Any = explore(
             EXPLORATION, progress=lambda so_far: heard.append((so_far.states, so_far.edges)))
         done = (result.states, result.edges)
     else:
@@ -100,7 +101,8 @@ def test_the_check_command_prints_progress_on_stderr_only(
 def test_a_declared_bound_without_a_rebound_is_refused() -> None:
     import attrs
 
-    from lifecycles.checker import Target, rebound
+    from lifecycles.checker import rebound
+    from lifecycles.checker_report import Target
     from lifecycles.loading import CheckerError
     from lifecycles.machines.monitor import MONITOR
 

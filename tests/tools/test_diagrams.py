@@ -27,7 +27,8 @@ from lifecycles.diagrams import (
     resolve_directory,
     write,
 )
-from lifecycles.diagrams_page import markdown, page
+from lifecycles.diagrams_markdown import markdown
+from lifecycles.diagrams_page import page
 from lifecycles.diagrams_pictures import find_graphviz, mermaid, mermaid_engine_can_draw
 from lifecycles.invariants.core import InvariantSet, field_rules
 from lifecycles.machines.core import Lifecycle
