@@ -63,6 +63,7 @@ from lifecycles.stores.sql_schema import (
     SQLSchema,
     column_kind,
 )
+from lifecycles.stores.sql_statements import TableStatements
 
 R = TypeVar("R")
 
@@ -156,8 +157,8 @@ class SQLStore(Store[R], ABC):
         self._decoders = [
             (name, decode) for name, (_, decode) in codecs.items() if decode is not as_is
         ]
-        self._probe_statement = self.dialect.probe(self.schema)
         self._prepare_statements()
+        self._probe_statement = self.statements.probe
         self._store_errors = _StoreErrors(self)
         with self.transaction():
             self.lock_schema()
@@ -274,52 +275,15 @@ class SQLStore(Store[R], ABC):
     # -- SQL, written once from the table and the schema ------------------------------
 
     def _prepare_statements(self) -> None:
-        d, quote, p = self.dialect, self.dialect.quote, self.dialect.param
-        lifecycle = self.lifecycle
-        table = quote(self.schema.table)
-        key, status = quote(lifecycle.key_field), quote(lifecycle.status_field)
-        listed = ", ".join(map(quote, self.schema.column_names))
-        self._key = key
-        self._key_at = self.schema.column_names.index(lifecycle.key_field)
-        self._select = f"SELECT {listed} FROM {table}"
-        self._get = f"{self._select} WHERE {key} = {p}"
-        # A key already stored is not an error: the stored record is returned instead.
-        self._insert = (
-            f"INSERT INTO {table} ({listed}) VALUES ({', '.join(p for _ in self.schema.columns)})"
-            f" ON CONFLICT ({key}) DO NOTHING"
-        )
-        self._page = f"{self._select} WHERE {key} > {p} ORDER BY {key} LIMIT {p}"
-        self._count_by_status = f"SELECT {status}, count(*) FROM {table} GROUP BY {status}"
-        lease = lifecycle.lease
-        # Compare-and-set on the whole record: a record can leave a status and come back
-        # with the same empty token (watching, leased, watching), so nothing less proves
-        # that it is still the one the caller read. The key first, as plain equality: the
-        # lookup goes through the primary key.
-        self._compared = (lifecycle.key_field, *(
-            name for name in self.schema.column_names if name != lifecycle.key_field))
-        whole = " AND ".join([f"{key} = {p}", *(
-            f"{quote(name)} {d.null_safe_equal} {p}" for name in self._compared[1:])])
-        meta, self._meta_params = d.meta_guard(self.schema)
-        # Outside a transaction the statement is one of its own: it also checks the schema
-        # as verified, which a transaction's probe checks otherwise (see ``put``).
-        unprobed = f" AND {d.catalogue_guard(self.schema)}" + (f" AND {meta}" if meta else "")
-        # One UPDATE per table row: it writes exactly the row's fields.
-        names = list(self.schema.column_names)
-        self._compared_at = [names.index(name) for name in self._compared]
-        self._updates: dict[Row, tuple[str, str, tuple[str, ...]]] = {}
-        self._keyed_updates: dict[Row, str] = {}
-        self._written_at: dict[Row, list[int]] = {}
-        for row in lifecycle.rows:
-            fields = lifecycle.writes(row)
-            self._written_at[row] = [names.index(name) for name in fields]
-            assignments = ", ".join(f"{quote(name)} = {p}" for name in fields)
-            update = f"UPDATE {table} SET {assignments} WHERE {whole}"
-            self._updates[row] = (update, update + unprobed, fields)
-            # A record read under the write lock of the transaction writing it (see put).
-            self._keyed_updates[row] = f"UPDATE {table} SET {assignments} WHERE {key} = {p}"
-        self._leasing = (
-            None if lease is None else LeaseStatements.build(d, self.schema, self._select)
-        )
+        """The store's statements (:class:`TableStatements`), and the names it reads them
+        by on its hot paths."""
+        statements = self.statements = TableStatements(self.lifecycle, self.schema, self.dialect)
+        self._key, self._key_at = statements.key, statements.key_at
+        self._select, self._get = statements.select, statements.get
+        self._updates = statements.updates
+        self._written_at = statements.written_at
+        self._compared, self._compared_at = statements.compared, statements.compared_at
+        self._leasing = statements.leasing
 
     # -- transactions and the schema under the store -----------------------------------
 
@@ -359,7 +323,7 @@ class SQLStore(Store[R], ABC):
         say "the schema is still as it was verified" (computed once per answer)."""
         self._probe_token = token
         self._guard_params = [
-            *self.dialect.catalogue_params(self.schema, token), *self._meta_params,
+            *self.dialect.catalogue_params(self.schema, token), *self.statements.meta_params,
         ]
 
     def _reading(self) -> AbstractContextManager[None]:
@@ -482,7 +446,7 @@ class SQLStore(Store[R], ABC):
 
     def count_by_status(self) -> dict[str, int]:
         counts = {status.value: 0 for status in self.lifecycle.statuses}
-        for status, count in self._fetch(self._count_by_status, ()):
+        for status, count in self._fetch(self.statements.count_by_status, ()):
             counts[status] = int(count)
         return counts
 
@@ -501,7 +465,7 @@ class SQLStore(Store[R], ABC):
         # Keyset pages: streams without holding a transaction (or a cursor) open.
         after = ""
         at = self.schema.column_names.index(self.lifecycle.key_field)
-        while rows := self._fetch(self._page, (after, SCAN_PAGE)):
+        while rows := self._fetch(self.statements.page, (after, SCAN_PAGE)):
             for row in rows:
                 yield self._decode(row)
             after = rows[-1][at]
@@ -515,7 +479,7 @@ class SQLStore(Store[R], ABC):
             stored = self._encode(record, self.schema.column_names)
             try:
                 with self.statement_savepoint():
-                    inserted = self.change(self._insert, stored) == 1
+                    inserted = self.change(self.statements.insert, stored) == 1
             except StoreDamaged as error:
                 # change translated the driver's exception; its cause tells a duplicate.
                 if isinstance(error.__cause__, self.unique_violations):
@@ -546,8 +510,8 @@ class SQLStore(Store[R], ABC):
         if self._depth:
             changed = self.change(write.statement, write.params)
         else:
-            alone = self._updates[row][1]
-            changed = self.alone(alone, [*write.params, *self._guard_params])
+            outside = self._updates[row].outside
+            changed = self.alone(outside, [*write.params, *self._guard_params])
             if changed == 0:
                 self.check_schema()  # an altered schema is refused as such, not as a race
         if changed != 1:
@@ -593,26 +557,25 @@ class SQLStore(Store[R], ABC):
             if current.get(stored[key_at]) == tuple(stored):
                 write = planned[at]
                 checked[at] = write._replace(
-                    statement=self._keyed_updates[write.row],
+                    statement=self._updates[write.row].keyed,
                     params=[*write.written, stored[key_at]], keyed=True)
         return checked
 
     def _planned(self, before: R, after: R, row: Row) -> _Write:
         """The statement (for inside a transaction) and the parameters writing ``after``
         over ``before`` by ``row`` (see :meth:`put`)."""
-        in_transaction, _, fields = self._updates[row]
-        written = self._encode(after, fields)
+        update = self._updates[row]
+        written = self._encode(after, update.fields)
         known = self._as_stored.get(id(before))
         stored: Sequence[Any] | None = None
         if known is not None and known[0] is before:
             stored = known[1]
             if self._locked is not None and known[2] == self._locked:
-                keyed = self._keyed_updates[row]
                 key = stored[self._key_at]
-                return _Write(keyed, [*written, key], row, stored, written, keyed=True)
+                return _Write(update.keyed, [*written, key], row, stored, written, keyed=True)
         compared = (self._encode(before, self._compared) if stored is None else
                     [stored[at] for at in self._compared_at])
-        return _Write(in_transaction, [*written, *compared], row, stored, written)
+        return _Write(update.inside, [*written, *compared], row, stored, written)
 
     def _wrote(self, after: R, write: _Write) -> None:
         """``after`` is stored now: remember its column values where the write's record's
@@ -628,8 +591,6 @@ class SQLStore(Store[R], ABC):
 
     # -- health: every rule in one statement (lifecycles.stores.sql_rules) --------------
 
-    _health_queries: HealthQueries | None = None
-
     def health(self, now: float) -> Health:
         """The engine's integrity check, then every field rule and invariant on every
         stored record, the counts per status, the due and the expired records: one
@@ -640,10 +601,4 @@ class SQLStore(Store[R], ABC):
 
     def rule_queries(self) -> HealthQueries:
         """Every rule of the lifecycle in SQL, for this table (built once)."""
-        if self._health_queries is None:
-            decoded = {name for name, _ in self._decoders}
-            self._health_queries = HealthQueries(
-                self.lifecycle, self.schema, self.dialect,
-                frozenset(self.schema.column_names) - decoded,
-            )
-        return self._health_queries
+        return self.statements.health
