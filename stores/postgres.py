@@ -302,7 +302,7 @@ class PostgresStore(SQLStore[R]):
         autocommit connection outside any transaction, the record leased; otherwise, or
         when it leased nothing, ``UNSETTLED``."""
         if self._in_place is None:
-            self._in_place = claim_in_place(self)
+            self._in_place = claim_in_place(self.statements)
         plan = self._in_place
         if isinstance(plan, str) or self._depth or not self.connection.autocommit:
             return lease_protocol.UNSETTLED

@@ -71,8 +71,8 @@ class Batches:
 
     def __init__(self, store: PostgresStore[Any]) -> None:
         store.connection.adapters.register_dumper(BinaryArray, ListBinaryDumper)
-        self.inserts = InsertStatements.build(store)
-        self.writes = CompareAndSetStatements.build(store)
+        self.inserts = InsertStatements.build(store.statements)
+        self.writes = CompareAndSetStatements.build(store.statements)
         self.staged = False
         self._store = store
         self._claims: ClaimStatements | str | None = None
@@ -80,7 +80,7 @@ class Batches:
 
     def claims(self) -> ClaimStatements | str:
         if self._claims is None:
-            self._claims = ClaimStatements.build(self._store)
+            self._claims = ClaimStatements.build(self._store.statements)
         return self._claims
 
     def claim_statement(self, plan: ClaimStatements, types: tuple[str, ...]) -> BatchClaim:

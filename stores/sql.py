@@ -129,6 +129,8 @@ class SQLStore(Store[R], ABC):
     """
 
     dialect: Dialect
+    #: Every statement the store runs, written once when it is built.
+    statements: TableStatements
     #: Driver exceptions an insert raises for a duplicate of a unique value.
     unique_violations: ClassVar[tuple[type[Exception], ...]]
     _location: str = ""

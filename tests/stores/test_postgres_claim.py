@@ -172,7 +172,7 @@ def test_a_record_as_written_breaking_a_rule_is_never_committed(pg_connect: Conn
     statement before it commits, and the protocol decides in Python."""
     connection = pg_connect()
     monitor = opened(connection, items=1)
-    plan = claim_in_place(monitor.store)
+    plan = claim_in_place(monitor.store.statements)
     assert not isinstance(plan, str)
     # The record as written is checked for the rules over the claim's fields only: the
     # identity's rules are judged once, on the record as it was.
@@ -189,7 +189,7 @@ def test_the_statement_must_write_what_the_table_says(pg_connect: Connect) -> No
     connection = pg_connect()
     monitor = opened(connection, items=1)
     store = monitor.store
-    plan = claim_in_place(store)
+    plan = claim_in_place(store.statements)
     assert not isinstance(plan, str)
     # A statement counting two poll attempts where the table's effect counts one.
     tampered = plan.statement.replace('"poll_attempts" = ("poll_attempts" + 1)',
