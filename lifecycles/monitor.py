@@ -510,7 +510,7 @@ __all__ = [
     "NOTIFICATION_FIELDS", "NOTIFICATION_SCHEMA", "REMOTE_STATUSES",
     "RULE_CODES", "SCHEMA_VERSION", "STATUSES", "STATUS_SCHEMA", "TERMINAL_STATUSES",
     "DatabaseUnreachable", "DurableTerminalProcessingMonitor", "InputInvalid",
-    "LeaseLost", "MonitorRow", "StateInvalid", "StorageBlocked",
+    "LeaseLost", "MonitorRow", "MonitorSchema", "StateInvalid", "StorageBlocked",
     "TerminalProcessingHealth", "TerminalProcessingMonitorBlocked",
     "TerminalProcessingOutcome", "TerminalProcessingStatus", "blocked", "canonical_sha256",
     "new_lease_token",
