@@ -113,6 +113,7 @@ def generate(
     """
     files: dict[str, bytes] = {}
     renderer_dependent = {GRAPHVIZ_VERSION_FILE}
+    sql: dict[str, list[str]] = {}
     for name in sorted(lifecycles):
         lifecycle = lifecycles[name]
         mermaid_source = mermaid(lifecycle)
@@ -125,11 +126,14 @@ def generate(
             svg_name=f"{name}.svg" if drawn else None, dot_name=f"{name}.dot",
             mermaid_name=f"{name}.mmd",
         ).encode()
-        files.update(sql_files(name, lifecycle))
+        statements = sql_files(name, lifecycle)
+        files.update(statements)
+        sql[name] = list(statements)
         renderer_dependent.add(f"{name}.svg")
         if graphviz is not None:
             files[f"{name}.svg"] = graphviz.svg(dot_source)
-    files[INDEX_FILE] = index({name: lifecycles[name] for name in sorted(lifecycles)}).encode()
+    files[INDEX_FILE] = index(
+        {name: lifecycles[name] for name in sorted(lifecycles)}, sql).encode()
     if graphviz is not None:
         files[GRAPHVIZ_VERSION_FILE] = graphviz.identity.encode()
     not_rendered = () if graphviz is not None else tuple(sorted(renderer_dependent))
