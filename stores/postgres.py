@@ -77,6 +77,7 @@ from lifecycles.stores.base import (
 from lifecycles.stores.codecs import from_json_or_none, json_or_none
 from lifecycles.stores.sql import Codec, Column, Dialect, SQLSchema, SQLStore
 from lifecycles.stores.sql_claim import ClaimInPlace, claim_in_place
+from lifecycles.stores.sql_dialect import StoredTable
 
 R = TypeVar("R")
 
@@ -203,7 +204,7 @@ class PostgresDialect(Dialect):
         # One array parameter: the statement's text stays the same whatever is excluded.
         return f" AND NOT ({key} = ANY(%s))", [list(keys)]
 
-    def probe(self, schema: SQLSchema) -> tuple[str, tuple[Any, ...]]:
+    def probe(self, schema: StoredTable) -> tuple[str, tuple[Any, ...]]:
         binding = schema.binding
         if binding is None:
             return f"SELECT {_COLUMNS_OF}", (schema.table,)
@@ -214,11 +215,11 @@ class PostgresDialect(Dialect):
             (schema.table, binding.meta_table),
         )
 
-    def catalogue_guard(self, schema: SQLSchema) -> str:
+    def catalogue_guard(self, schema: StoredTable) -> str:
         guard = f"{_COLUMNS_OF} = %s::text[]"
         return guard if schema.binding is None else f"{guard} AND {guard}"
 
-    def catalogue_params(self, schema: SQLSchema, token: object) -> list[Any]:
+    def catalogue_params(self, schema: StoredTable, token: object) -> list[Any]:
         watched = [(schema.table, schema.columns)]
         if schema.binding is not None:
             watched.append((schema.binding.meta_table, schema.binding.meta_columns))
@@ -228,7 +229,7 @@ class PostgresDialect(Dialect):
             params += [table, _array_literal(described)]
         return params
 
-    def read_probe(self, schema: SQLSchema, rows: list[tuple[Any, ...]]) -> object:
+    def read_probe(self, schema: StoredTable, rows: list[tuple[Any, ...]]) -> object:
         # A dropped or renamed table fails the statement itself (UndefinedTable), which
         # driver_error reports as schema_altered too.
         binding = schema.binding

@@ -53,12 +53,11 @@ from lifecycles.stores.base import (
     UniqueViolation,
 )
 from lifecycles.stores.codecs import as_is, fields_encoder, plain
-from lifecycles.stores.sql_dialect import Codec, Dialect
+from lifecycles.stores.sql_dialect import Codec, Column, Dialect
 from lifecycles.stores.sql_health import Health, HealthQueries
 from lifecycles.stores.sql_lease import SORTED_AT_MOST, LeaseStatements
 from lifecycles.stores.sql_schema import (
     Catalogue,
-    Column,
     SchemaBinding,
     SQLSchema,
     column_kind,

@@ -9,8 +9,8 @@ the first broken keys only when a rule is broken.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -21,15 +21,30 @@ from lifecycles.invariants.core import (
     field_rules,
 )
 from lifecycles.invariants.expressions import Attr
-
-if TYPE_CHECKING:
-    from lifecycles.machines.core import Lifecycle
-    from lifecycles.stores.sql import Dialect, SQLSchema, SQLStore
-
 from lifecycles.stores.sql_lease import due_clause, expired_clause
 from lifecycles.stores.sql_rules import BROKEN_ROWS_SHOWN, NoSQLForm, RuleSQL, rules_in_sql
 
-__all__ = ["Health", "HealthQueries"]
+if TYPE_CHECKING:
+    from lifecycles.machines.core import Lifecycle
+    from lifecycles.stores.sql_dialect import Dialect
+    from lifecycles.stores.sql_schema import SQLSchema
+
+__all__ = ["Checked", "Health", "HealthQueries"]
+
+
+class Checked(Protocol):
+    """What health asks of the store it checks, beside its statements' rows."""
+
+    @property
+    def schema(self) -> SQLSchema: ...
+
+    def integrity_problems(self, *, constraints: bool = True) -> list[str]:
+        """The storage engine's own check (with or without the table's constraints)."""
+        ...
+
+    def scan(self) -> Iterator[Any]:
+        """Every record, read as any read is: the first broken one raises."""
+        ...
 
 
 # --- health ----------------------------------------------------------------------------
@@ -278,7 +293,7 @@ class HealthQueries:
             (changing if self._reads(check) & written else fixed).append(f"({check.sql})")
         return [group for group in (changing, fixed) if group]
 
-    def run(self, store: SQLStore[Any], fetch: Fetch, now: float) -> Health:
+    def run(self, store: Checked, fetch: Fetch, now: float) -> Health:
         """The storage engine's own check first; then every count in one statement, and
         only when some rule is broken the rows breaking each rule and the first broken
         rows. Rules without an SQL form here are checked first by reading every row in

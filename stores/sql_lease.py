@@ -21,7 +21,7 @@ from lifecycles.machines import lease as lease_protocol
 
 if TYPE_CHECKING:
     from lifecycles.machines.core import Lifecycle
-    from lifecycles.stores.sql import Dialect
+    from lifecycles.stores.sql_dialect import Dialect
     from lifecycles.stores.sql_schema import SQLSchema
 
 # Beyond a bounded walk, the due-time range is asked when at most this many records are
