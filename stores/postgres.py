@@ -62,9 +62,10 @@ import psycopg
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import tuple_row
 
+import lifecycles.stores.postgres_batch as postgres_batch
+import lifecycles.stores.postgres_notify as postgres_notify
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
-from lifecycles.stores import postgres_batch, postgres_notify
 from lifecycles.stores.base import (
     CommitUncertain,
     SchemaMismatch,
@@ -75,7 +76,7 @@ from lifecycles.stores.base import (
     UniqueViolation,
 )
 from lifecycles.stores.codecs import from_json_or_none, json_or_none
-from lifecycles.stores.sql import Codec, Column, Dialect, SQLSchema, SQLStore
+from lifecycles.stores.sql import Codec, Column, Dialect, SQLSchema
 from lifecycles.stores.sql_claim import ClaimInPlace, claim_in_place
 from lifecycles.stores.sql_dialect import StoredTable
 
@@ -248,7 +249,7 @@ class PostgresDialect(Dialect):
         return super().codec(column)
 
 
-class PostgresStore(SQLStore[R]):
+class PostgresStore(postgres_batch.BatchingStore[R]):
     """A lifecycle's records in one PostgreSQL table, compare-and-set on every write."""
 
     dialect = PostgresDialect()
@@ -333,7 +334,6 @@ class PostgresStore(SQLStore[R]):
 
     # -- batches: a few statements each, whatever their size (stores/postgres_batch.py) --
 
-    _batches: object = None  # postgres_batch.Batches, built on first use
     put_many_alone = True
 
     def insert_many(self, records: Sequence[R]) -> list[R | UniqueViolation]:
