@@ -44,7 +44,7 @@ What a broken connection leaves behind: the server rolls back a transaction whos
 connection is lost before its ``COMMIT`` arrives, so a failure before the commit was
 sent changed nothing (``outcome_unknown`` false; a connection found closed before a
 statement is sent, too). A connection lost after ``COMMIT`` was sent, or during a
-statement that commits by itself (an autocommit write: :meth:`PostgresStore.alone`,
+statement that commits by itself (an autocommit write: :meth:`PostgresStore.run_write_committed`,
 the one-statement claim), and before the answer came, is :class:`CommitUncertain`
 (``outcome_unknown`` true): the server may have committed, and only a new read on a
 working connection tells. A commit the server answered with an error was rolled back.
@@ -266,7 +266,7 @@ class PostgresStore(postgres_batch.BatchingStore[R]):
         super().__init__(lifecycle, connection, schema)
 
     @contextmanager
-    def outermost(self) -> Iterator[None]:
+    def database_transaction(self) -> Iterator[None]:
         connection = self.connection
         self._ready()
         committing = False
@@ -285,7 +285,7 @@ class PostgresStore(postgres_batch.BatchingStore[R]):
         if state == TransactionStatus.UNKNOWN or self.connection.closed:
             raise self.unavailable("the connection is closed or broken")
         if state != TransactionStatus.IDLE:
-            raise self.nested()
+            raise self.transaction_nested_error()
 
     def commit_may_have_happened(self, error: Exception) -> bool:
         # The connection was lost with the commit on its way: its answer never came. An
@@ -302,16 +302,16 @@ class PostgresStore(postgres_batch.BatchingStore[R]):
     def claim_in_place(self, inputs: Any) -> object:
         """The common claim as one statement (:mod:`lifecycles.stores.sql_claim`): on an
         autocommit connection outside any transaction, the record leased; otherwise, or
-        when it leased nothing, ``UNSETTLED``."""
+        when it leased nothing, ``LEFT_TO_PROTOCOL``."""
         if self._in_place is None:
             self._in_place = claim_in_place(self.statements)
         plan = self._in_place
         if isinstance(plan, str) or self._depth or not self.connection.autocommit:
-            return lease_protocol.UNSETTLED
+            return lease_protocol.LEFT_TO_PROTOCOL
         params = [*(getattr(inputs, name) for name in plan.inputs), *self._guard_params]
         found = self._claim_rows(plan.statement, params)
         if not found:
-            return lease_protocol.UNSETTLED
+            return lease_protocol.LEFT_TO_PROTOCOL
         was_values, written_values = plan.split(found[0])
         was = self._decode(was_values)  # read as any read is: field rules, invariants
         # The table fires its claim on the record as it was (its dispatch, its guards, its
@@ -369,9 +369,9 @@ class PostgresStore(postgres_batch.BatchingStore[R]):
         except Exception as error:
             self.raise_store_error(error, committing=True)  # the statement is its commit
 
-    def alone(self, statement: str, params: Sequence[Any]) -> int:
+    def run_write_committed(self, statement: str, params: Sequence[Any]) -> int:
         if not self.connection.autocommit:
-            return super().alone(statement, params)
+            return super().run_write_committed(statement, params)
         self._ready()
         try:
             with self._cursor(statement, params) as cursor:
@@ -438,7 +438,7 @@ class PostgresStore(postgres_batch.BatchingStore[R]):
         except Exception as error:
             self.raise_store_error(error)
 
-    def change(self, statement: str, params: Sequence[Any]) -> int:
+    def run_write(self, statement: str, params: Sequence[Any]) -> int:
         try:
             with self._cursor(statement, params) as cursor:
                 return int(cursor.rowcount)

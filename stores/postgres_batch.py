@@ -243,13 +243,13 @@ def _columns(rows: list[list[Any]], types: Sequence[str]) -> list[BinaryArray]:
 
 def claim_many_in_place(store: BatchingStore[R], inputs_for: Callable[[int], Any],
                         limit: int) -> object:
-    """The batch claim as one statement, or ``UNSETTLED`` (module docstring)."""
+    """The batch claim as one statement, or ``LEFT_TO_PROTOCOL`` (module docstring)."""
     if limit < 1 or store._depth or not store.connection.autocommit:
-        return lease_protocol.UNSETTLED
+        return lease_protocol.LEFT_TO_PROTOCOL
     plan = batches(store)
     claims = plan.claims()
     if isinstance(claims, str):
-        return lease_protocol.UNSETTLED
+        return lease_protocol.LEFT_TO_PROTOCOL
     every = [inputs_for(n) for n in range(limit)]
     first = every[0]
     # The pick reads one value of each of these for the whole batch, as the protocol
@@ -257,12 +257,12 @@ def claim_many_in_place(store: BatchingStore[R], inputs_for: Callable[[int], Any
     for name in claims.shared:
         value = getattr(first, name)
         if any(getattr(inputs, name) != value for inputs in every[1:]):
-            return lease_protocol.UNSETTLED
+            return lease_protocol.LEFT_TO_PROTOCOL
     types = []
     for name in claims.per_grant:
         kind = _array_kind([getattr(inputs, name) for inputs in every])
         if kind is None:
-            return lease_protocol.UNSETTLED
+            return lease_protocol.LEFT_TO_PROTOCOL
         types.append(kind)
     statement = plan.claim_statement(claims, tuple(types))
     guards = store._guard_params
@@ -270,13 +270,13 @@ def claim_many_in_place(store: BatchingStore[R], inputs_for: Callable[[int], Any
               for name in statement.binds]
     found = store._claim_rows(statement.statement, params)
     if found is None:  # a rule refused it: nothing was written, the protocol decides
-        return lease_protocol.UNSETTLED
+        return lease_protocol.LEFT_TO_PROTOCOL
     expired, schema_as_verified = found[0][0], found[0][1]
     granted = [row for row in found if row[2] is not None]
     if not granted:
         # Nothing due and nothing to rescue, in the schema as verified: the protocol's
         # answer too. Otherwise it decides (it rescues first; it refuses an altered schema).
-        return [] if schema_as_verified and not expired else lease_protocol.UNSETTLED
+        return [] if schema_as_verified and not expired else lease_protocol.LEFT_TO_PROTOCOL
     lifecycle = store.lifecycle
     trigger = lease_protocol.declared_lease(lifecycle).trigger
     leased_all = []

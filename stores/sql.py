@@ -23,10 +23,10 @@ runs it for reads made outside one), so a schema or meta row changed by another
 connection is refused (``schema_altered``) before anything is read or written.
 
 No driver exception leaves the store, the constructor included: every statement it
-runs (:meth:`SQLStore.run`, :meth:`SQLStore.change`, the transactions' ``BEGIN`` and
+runs (:meth:`SQLStore.run`, :meth:`SQLStore.run_write`, the transactions' ``BEGIN`` and
 ``COMMIT``) turns one into the store error it means (:meth:`SQLStore.driver_error`,
 the subclasses' reading of their driver). A failure while a commit was on its way
-(``COMMIT``, or a statement that commits by itself, :meth:`SQLStore.alone`) is a
+(``COMMIT``, or a statement that commits by itself, :meth:`SQLStore.run_write_committed`) is a
 :class:`~lifecycles.stores.base.CommitUncertain` where the dialect cannot rule out
 that the commit happened (:meth:`SQLStore.commit_may_have_happened`), and a plain
 ``StoreUnavailable`` (nothing changed) where it can.
@@ -175,8 +175,9 @@ class SQLStore(Store[R], ABC):
     # Each raises store errors only: a driver exception becomes what driver_error says.
 
     @abstractmethod
-    def outermost(self) -> AbstractContextManager[None]:
-        """Begin the outermost transaction; commit on normal exit, roll back otherwise.
+    def database_transaction(self) -> AbstractContextManager[None]:
+        """Begin the database's transaction, the outermost one (a store transaction inside
+        it only counts its depth); commit on normal exit, roll back otherwise.
         Refuses (``transaction_nested``) a connection inside a transaction the store did
         not open, and (``database_unreachable``) one that is closed. A failed commit is
         :meth:`raise_store_error` ``(committing=True)``."""
@@ -186,7 +187,7 @@ class SQLStore(Store[R], ABC):
         """Run one statement; its rows as plain tuples (none for a statement without)."""
 
     @abstractmethod
-    def change(self, statement: str, params: Sequence[Any]) -> int:
+    def run_write(self, statement: str, params: Sequence[Any]) -> int:
         """Run one writing statement; how many rows it changed."""
 
     def locate(self) -> str:
@@ -233,15 +234,15 @@ class SQLStore(Store[R], ABC):
     @abstractmethod
     def unique_column_sets(self, table: str) -> set[frozenset[str]]: ...
 
-    def alone(self, statement: str, params: Sequence[Any]) -> int:
+    def run_write_committed(self, statement: str, params: Sequence[Any]) -> int:
         """Run one writing statement as a transaction of its own, committed when it returns;
         how many rows it changed. A driver that autocommits one statement saves the
         ``BEGIN``, the probe and the ``COMMIT`` of this default; its failure is then
         :meth:`raise_store_error` ``(committing=True)``: the statement is its own commit."""
         with self.transaction():
-            return self.change(statement, params)
+            return self.run_write(statement, params)
 
-    def nested(self) -> TransactionNested:
+    def transaction_nested_error(self) -> TransactionNested:
         """The refusal of a connection already inside a transaction the store did not open:
         silently joining it would make the store's commit the caller's."""
         return TransactionNested(
@@ -298,7 +299,7 @@ class SQLStore(Store[R], ABC):
                 self._depth -= 1
             return
         # The block's own driver exceptions (an on_lease hook's statement, say) too.
-        with self._store_errors, self.outermost():
+        with self._store_errors, self.database_transaction():
             self._depth = 1
             self._transactions += 1
             if self.dialect.write_locked:
@@ -480,7 +481,7 @@ class SQLStore(Store[R], ABC):
             stored = self._encode(record, self.schema.column_names)
             try:
                 with self.statement_savepoint():
-                    inserted = self.change(self.statements.insert, stored) == 1
+                    inserted = self.run_write(self.statements.insert, stored) == 1
             except StoreDamaged as error:
                 # change translated the driver's exception; its cause tells a duplicate.
                 if isinstance(error.__cause__, self.unique_violations):
@@ -509,10 +510,10 @@ class SQLStore(Store[R], ABC):
         """
         write = self._planned(before, after, row)
         if self._depth:
-            changed = self.change(write.statement, write.params)
+            changed = self.run_write(write.statement, write.params)
         else:
             outside = self._updates[row].outside
-            changed = self.alone(outside, [*write.params, *self._guard_params])
+            changed = self.run_write_committed(outside, [*write.params, *self._guard_params])
             if changed == 0:
                 self.check_schema()  # an altered schema is refused as such, not as a race
         if changed != 1:
@@ -528,8 +529,8 @@ class SQLStore(Store[R], ABC):
         planned = [self._planned(before, after, row) for before, after, row in writes]
         if self._locked is not None:
             planned = self._verified_under_lock(planned)
-        change = self.change
-        changed = [change(write.statement, write.params) for write in planned]
+        run_write = self.run_write
+        changed = [run_write(write.statement, write.params) for write in planned]
         for (_, after, _), write, count in zip(writes, planned, changed, strict=True):
             if count == 1:
                 self._wrote(after, write)

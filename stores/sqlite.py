@@ -230,11 +230,11 @@ class SQLiteStore(SQLStore[R]):
         super().__init__(lifecycle, connection, schema)
 
     @contextmanager
-    def outermost(self) -> Iterator[None]:
+    def database_transaction(self) -> Iterator[None]:
         connection = self.connection
         try:
             if connection.in_transaction:  # a closed connection raises here
-                raise self.nested()
+                raise self.transaction_nested_error()
             connection.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as error:
             self.raise_store_error(error)
@@ -272,14 +272,14 @@ class SQLiteStore(SQLStore[R]):
         name = getattr(error, "sqlite_errorname", None) or ""
         return name.startswith("SQLITE_IOERR")
 
-    def alone(self, statement: str, params: Sequence[Any]) -> int:
+    def run_write_committed(self, statement: str, params: Sequence[Any]) -> int:
         # SQLite runs a statement outside a transaction as a transaction of its own;
         # sqlite3 would open one implicitly before an UPDATE, so it is told not to, for
         # this statement only (no transaction is open: setting the level commits none).
         connection = self.connection
         try:
             if connection.in_transaction:  # a closed connection raises here
-                raise self.nested()
+                raise self.transaction_nested_error()
             level = connection.isolation_level
         except sqlite3.Error as error:
             self.raise_store_error(error)
@@ -300,7 +300,7 @@ class SQLiteStore(SQLStore[R]):
             self.raise_store_error(error)
         return rows
 
-    def change(self, statement: str, params: Sequence[Any]) -> int:
+    def run_write(self, statement: str, params: Sequence[Any]) -> int:
         implicit = False
         try:
             # Outside a store transaction sqlite3 opens one of its own before the write;
