@@ -83,8 +83,8 @@ SELECT event_id, notification_id, site_id, terminal_status, notification_sha256,
 SELECT status, count(*) FROM cms_source_terminal_processing GROUP BY status
 
 -- name: reread_under_lock
--- Records a batch read earlier, read again under the write lock (one marker per record; shown with one).
-SELECT event_id, notification_id, site_id, terminal_status, notification_sha256, status, poll_attempts, failures, max_failures, next_poll_at, lease_owner, lease_token, lease_expires_at, last_error_code, receiver_status, receiver_attempts, receiver_max_attempts, receiver_next_attempt_at, receiver_lease_expires_at, receiver_lease_expired, receiver_error_code, receiver_processed_at, created_at, updated_at FROM cms_source_terminal_processing WHERE event_id IN (?)
+-- Records a batch read earlier, read again under the write lock (one marker per record; shown with two).
+SELECT event_id, notification_id, site_id, terminal_status, notification_sha256, status, poll_attempts, failures, max_failures, next_poll_at, lease_owner, lease_token, lease_expires_at, last_error_code, receiver_status, receiver_attempts, receiver_max_attempts, receiver_next_attempt_at, receiver_lease_expires_at, receiver_lease_expired, receiver_error_code, receiver_processed_at, created_at, updated_at FROM cms_source_terminal_processing WHERE event_id IN (?, ?)
 
 -- name: update_claim_from_pending
 -- claim [poll_is_due, failures_remain]: pending -> leased, compare-and-set on the whole record as read, inside a transaction.

@@ -55,7 +55,7 @@ from lifecycles.stores.base import (
 from lifecycles.stores.codecs import as_is, fields_encoder, plain
 from lifecycles.stores.sql_dialect import Codec, Column, Dialect
 from lifecycles.stores.sql_health import Health, HealthQueries
-from lifecycles.stores.sql_lease import SORTED_AT_MOST, LeaseStatements
+from lifecycles.stores.sql_lease import SORTED_AT_MOST, LeaseStatements, excluding
 from lifecycles.stores.sql_schema import (
     Catalogue,
     SchemaBinding,
@@ -392,8 +392,7 @@ class SQLStore(Store[R], ABC):
         due)."""
         leasing = self._lease_statements()
         left_out, params = self.dialect.excluding(self._key, sorted(exclude))
-        where, order = leasing.due
-        rows = self._fetch(where + left_out + order, [now, *params, limit])
+        rows = self._fetch(excluding(leasing.due, left_out), [now, *params, limit])
         if leasing.bounded and len(rows) < limit:
             rows = self._beyond_the_walk(now, limit, left_out, params)
         return [self._decode(row) for row in rows]
@@ -412,8 +411,8 @@ class SQLStore(Store[R], ABC):
         leasing = self._lease_statements()
         if count is None:
             ((count,),) = self._fetch(leasing.count_due_capped, [now])
-        where, order = leasing.due_range if count <= SORTED_AT_MOST else leasing.due_walk_all
-        return self._fetch(where + left_out + order, [now, *params, limit])
+        query = leasing.due_range if count <= SORTED_AT_MOST else leasing.due_walk_all
+        return self._fetch(excluding(query, left_out), [now, *params, limit])
 
     def glance(self, now: float) -> lease_protocol.Glance[R] | None:
         """One statement outside any transaction, where the dialect :attr:`~Dialect.glances`
@@ -441,9 +440,8 @@ class SQLStore(Store[R], ABC):
         lease is live at ``now`` and whose token is one of ``tokens``, in claim order."""
         if not tokens:
             return []
-        where, order = self._lease_statements().live_under
-        marks = ", ".join(self.dialect.param for _ in tokens)
-        statement = f"{where}({marks}){order}"
+        self._lease_statements()  # NotLeasable for a lifecycle without a lease
+        statement = self.statements.live_leases_under(len(tokens))
         return [self._decode(row) for row in self._fetch(statement, [now, *sorted(tokens)])]
 
     def count_by_status(self) -> dict[str, int]:
@@ -551,9 +549,7 @@ class SQLStore(Store[R], ABC):
             return planned  # one statement either way
         key_at = self._key_at
         keys = [stored[key_at] for _, stored in known]
-        marks = ", ".join(self.dialect.param for _ in keys)
-        current = {row[key_at]: row for row in self.run(
-            f"{self._select} WHERE {self._key} IN ({marks})", keys)}
+        current = {row[key_at]: row for row in self.run(self.statements.reread(len(keys)), keys)}
         checked = list(planned)
         for at, stored in known:
             if current.get(stored[key_at]) == tuple(stored):

@@ -32,6 +32,13 @@ Query = tuple[str, str]
 """(where, order): a key exclusion goes between them; the order ends with a LIMIT marker."""
 
 
+def excluding(query: Query, left_out: str) -> str:
+    """``query`` as one statement, with ``left_out`` (the dialect's exclusion of some
+    keys, or nothing) between its condition and its order."""
+    where, order = query
+    return where + left_out + order
+
+
 def due_clause(d: Dialect, lifecycle: Lifecycle[Any, Any], now: str) -> str:
     """The protocol's ``is_due`` in SQL: claimable, its due time ``<= now`` (a marker)."""
     lease = lease_protocol.declared_lease(lifecycle)

@@ -14,6 +14,11 @@ A few statements are completed at run time, and are shown in one representative 
 which their comment states: a key exclusion or a token list is as long as the call's
 (shown with none excluded and one token), and the batch claim's array types are those of
 the batch's values (shown as ``{input_type}``).
+
+Left out are the statements of the stores' driver hooks, which read the database rather
+than the table's declarations: the catalogue reads that verify a schema, the schema lock,
+the storage engine's integrity check, and PostgreSQL's notify trigger (its channel is
+named from the database schema the table is found in).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from lifecycles.machines.core import Row
 from lifecycles.stores.sql_batch import ClaimStatements, CompareAndSetStatements, InsertStatements
 from lifecycles.stores.sql_claim import claim_in_place
 from lifecycles.stores.sql_dialect import Dialect
+from lifecycles.stores.sql_lease import excluding
 from lifecycles.stores.sql_schema import SQLSchema
 from lifecycles.stores.sql_statements import TableStatements
 
@@ -161,10 +167,12 @@ def _record_blocks(statements: TableStatements) -> Iterator[Block]:
                 statements.page)
     yield Block("count_by_status", "How many records each status holds.",
                 statements.count_by_status)
-    p = statements.dialect.param
-    yield Block("reread_under_lock", "Records a batch read earlier, read again under the "
-                "write lock (one marker per record; shown with one).",
-                f"{statements.select} WHERE {statements.key} IN ({p})")
+    # Where a transaction holds the write lock from its start (SQLite's), a record read
+    # in it is written by its key alone, and a batch's records are read again first.
+    locked = statements.dialect.write_locked
+    if locked:
+        yield Block("reread_under_lock", "Records a batch read earlier, read again under the "
+                    "write lock (one marker per record; shown with two).", statements.reread(2))
     rows = statements.lifecycle.rows
     for row in rows:
         update = statements.updates[row]
@@ -173,8 +181,9 @@ def _record_blocks(statements: TableStatements) -> Iterator[Block]:
                     "inside a transaction.", update.inside)
         yield Block(f"update_{name}_alone", f"{move}, compare-and-set as a transaction of its "
                     "own, the schema as verified.", update.outside)
-        yield Block(f"update_{name}_keyed", f"{move}, by the key alone: the record was read "
-                    "under this transaction's write lock.", update.keyed)
+        if locked:
+            yield Block(f"update_{name}_keyed", f"{move}, by the key alone: the record was "
+                        "read under this transaction's write lock.", update.keyed)
 
 
 def _row_name(row: Row, rows: Sequence[Row]) -> str:
@@ -195,14 +204,14 @@ def _lease_blocks(statements: TableStatements) -> Iterator[Block]:
     unexcluded, _ = statements.dialect.excluding(statements.key, [])
     excluded = " (no key excluded; an exclusion goes before the ORDER BY)"
     yield Block("claim_due", "The due records in claim order, the walk bounded where the "
-                f"dialect bounds it{excluded}.", leasing.due[0] + unexcluded + leasing.due[1])
+                f"dialect bounds it{excluded}.", excluding(leasing.due, unexcluded))
     if leasing.bounded:
         yield Block("claim_due_whole_walk", "The due records in claim order, the whole walk: "
                     f"a backlog draining{excluded}.",
-                    leasing.due_walk_all[0] + unexcluded + leasing.due_walk_all[1])
+                    excluding(leasing.due_walk_all, unexcluded))
     yield Block("claim_due_by_time", "The due records from the due-time range, sorted: "
                 f"few due beyond the walk{excluded}.",
-                leasing.due_range[0] + unexcluded + leasing.due_range[1])
+                excluding(leasing.due_range, unexcluded))
     if leasing.bounded:
         yield Block("count_due_capped", "How many records are due, counted up to a cap: "
                     "which query goes beyond the walk.", leasing.count_due_capped)
@@ -211,9 +220,8 @@ def _lease_blocks(statements: TableStatements) -> Iterator[Block]:
                     "(capped) and the first due record.", leasing.glance)
     yield Block("expired_leases", "The records whose lease expired, to rescue.",
                 leasing.expired)
-    where, order = leasing.live_under
     yield Block("live_leases_under", "The live leases held under given tokens (one marker "
-                "per token; shown with one).", f"{where}({statements.dialect.param}){order}")
+                "per token; shown with one).", statements.live_leases_under(1))
     yield Block("count_due", "How many records are due: health's figure.", leasing.count_due)
     yield Block("count_expired", "How many leases have expired: health's figure.",
                 leasing.count_expired)

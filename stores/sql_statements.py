@@ -93,6 +93,20 @@ class TableStatements:
             None if lifecycle.lease is None else LeaseStatements.build(d, schema, self.select)
         )
 
+    def reread(self, count: int) -> str:
+        """The records under ``count`` keys, read again in one statement (a batch's
+        check under the write lock, ``SQLStore.put_many``)."""
+        marks = ", ".join(self.dialect.param for _ in range(count))
+        return f"{self.select} WHERE {self.key} IN ({marks})"
+
+    def live_leases_under(self, count: int) -> str:
+        """The live leases under ``count`` tokens, in claim order (the lease-expiry
+        index): the expiry's bound, then the tokens."""
+        assert self.leasing is not None, "a lifecycle without a lease has no leases"
+        where, order = self.leasing.live_under
+        marks = ", ".join(self.dialect.param for _ in range(count))
+        return f"{where}({marks}){order}"
+
     @cached_property
     def native_columns(self) -> frozenset[str]:
         """The columns stored as the record holds them (no codec decodes them on a read):

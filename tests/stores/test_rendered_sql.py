@@ -7,6 +7,9 @@ health, and every statement the driver was given must be one of the file's block
 parameters bound. What is left out is what the file does not claim to list: the
 transaction statements, and the driver hooks' catalogue reads (``PRAGMA``,
 ``sqlite_master``), written in :mod:`lifecycles.stores.sqlite` itself.
+
+On PostgreSQL the store's statements are caught as it hands them to psycopg, and each
+must be one of ``diagrams/monitor.postgres.sql``'s blocks, character for character.
 """
 
 from __future__ import annotations
@@ -114,3 +117,45 @@ def test_blocks_are_named_and_say_what_they_do(name: str) -> None:
     for at in starts:
         assert lines[at + 1].startswith("-- ") and len(lines[at + 1]) > 10, lines[at]
         assert lines[at + 2] and not lines[at + 2].startswith("--"), lines[at]
+
+
+# --- PostgreSQL: the statements as the store hands them to psycopg ---------------------
+
+# The driver hooks' own statements, written in lifecycles.stores.postgres: the catalogue
+# reads, the schema lock, the notify trigger's creation.
+_NOT_LISTED_POSTGRES = re.compile(
+    r"SELECT pg_advisory_xact_lock|SELECT current_schema\(\)|CREATE (OR REPLACE )?FUNCTION"
+    r"|CREATE (OR REPLACE )?TRIGGER|.*\b(information_schema|pg_catalog|pg_class|pg_index|pg_trigger"
+    r"|pg_constraint|pg_attribute|pg_namespace)\b",
+    re.DOTALL,
+)
+
+
+def test_every_statement_a_postgres_store_runs_is_in_the_file() -> None:
+    from support.postgres import connect_in, temporary_schema
+
+    from lifecycles.monitor_schema import MonitorSchema
+    from lifecycles.stores.postgres import PostgresStore
+
+    executed: list[str] = []
+
+    class Traced(PostgresStore[Any]):
+        def _cursor(self, statement: str, params: Any) -> Any:
+            executed.append(statement)
+            return super()._cursor(statement, params)
+
+        def _claim_rows(self, statement: str, params: Any) -> Any:
+            executed.append(statement)
+            return super()._claim_rows(statement, params)
+
+    listed = set(blocks((COMMITTED / "monitor.postgres.sql").read_text()).values())
+    with temporary_schema() as schema, connect_in(schema) as connection:
+        store = Traced(MONITOR, connection, MonitorSchema("c" * 64))
+        ran = operations(filled(store))
+        for name in (*TRACED, "claim_in_place", "claim_many_in_place", "insert_many"):
+            ran[name]()
+    unlisted = [statement for statement in executed
+                if statement not in listed and not _NOT_LISTED_POSTGRES.match(statement)]
+    assert not unlisted, "statements the store ran that the file does not list:\n" + (
+        "\n".join(statement[:300] for statement in unlisted))
+    assert len(set(executed) & listed) > 20

@@ -38,10 +38,6 @@ SELECT "refund_id", "amount_cents", "currency", "status", "failures", "max_failu
 -- How many records each status holds.
 SELECT "status", count(*) FROM "lifecycle_refund" GROUP BY "status"
 
--- name: reread_under_lock
--- Records a batch read earlier, read again under the write lock (one marker per record; shown with one).
-SELECT "refund_id", "amount_cents", "currency", "status", "failures", "max_failures", "available_at", "worker_id", "lease_token", "lease_expires_at", "last_error", "created_at", "updated_at" FROM "lifecycle_refund" WHERE "refund_id" IN (%s)
-
 -- name: update_claim_from_submitted
 -- claim [is_due]: submitted -> leased, compare-and-set on the whole record as read, inside a transaction.
 UPDATE "lifecycle_refund" SET "status" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s
@@ -49,10 +45,6 @@ UPDATE "lifecycle_refund" SET "status" = %s, "worker_id" = %s, "lease_token" = %
 -- name: update_claim_from_submitted_alone
 -- claim [is_due]: submitted -> leased, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_refund" SET "status" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
-
--- name: update_claim_from_submitted_keyed
--- claim [is_due]: submitted -> leased, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_refund" SET "status" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s
 
 -- name: update_claim_from_retry_wait
 -- claim [is_due]: retry_wait -> leased, compare-and-set on the whole record as read, inside a transaction.
@@ -62,10 +54,6 @@ UPDATE "lifecycle_refund" SET "status" = %s, "worker_id" = %s, "lease_token" = %
 -- claim [is_due]: retry_wait -> leased, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_refund" SET "status" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
 
--- name: update_claim_from_retry_wait_keyed
--- claim [is_due]: retry_wait -> leased, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_refund" SET "status" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s
-
 -- name: update_renew_from_leased
 -- renew [lease_is_held, lease_is_live]: leased -> leased, compare-and-set on the whole record as read, inside a transaction.
 UPDATE "lifecycle_refund" SET "status" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s
@@ -73,10 +61,6 @@ UPDATE "lifecycle_refund" SET "status" = %s, "lease_expires_at" = %s, "updated_a
 -- name: update_renew_from_leased_alone
 -- renew [lease_is_held, lease_is_live]: leased -> leased, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_refund" SET "status" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
-
--- name: update_renew_from_leased_keyed
--- renew [lease_is_held, lease_is_live]: leased -> leased, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_refund" SET "status" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s
 
 -- name: update_succeed_from_leased
 -- succeed [lease_is_held, lease_is_live]: leased -> succeeded, compare-and-set on the whole record as read, inside a transaction.
@@ -86,10 +70,6 @@ UPDATE "lifecycle_refund" SET "status" = %s, "worker_id" = %s, "lease_token" = %
 -- succeed [lease_is_held, lease_is_live]: leased -> succeeded, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_refund" SET "status" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
 
--- name: update_succeed_from_leased_keyed
--- succeed [lease_is_held, lease_is_live]: leased -> succeeded, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_refund" SET "status" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s
-
 -- name: update_fail_from_leased_1
 -- fail [lease_is_held, lease_is_live, retry_allowed]: leased -> retry_wait, compare-and-set on the whole record as read, inside a transaction.
 UPDATE "lifecycle_refund" SET "status" = %s, "failures" = %s, "available_at" = %s, "last_error" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s
@@ -97,10 +77,6 @@ UPDATE "lifecycle_refund" SET "status" = %s, "failures" = %s, "available_at" = %
 -- name: update_fail_from_leased_1_alone
 -- fail [lease_is_held, lease_is_live, retry_allowed]: leased -> retry_wait, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_refund" SET "status" = %s, "failures" = %s, "available_at" = %s, "last_error" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
-
--- name: update_fail_from_leased_1_keyed
--- fail [lease_is_held, lease_is_live, retry_allowed]: leased -> retry_wait, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_refund" SET "status" = %s, "failures" = %s, "available_at" = %s, "last_error" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s
 
 -- name: update_fail_from_leased_2
 -- fail [lease_is_held, lease_is_live, !retry_allowed]: leased -> failed, compare-and-set on the whole record as read, inside a transaction.
@@ -110,10 +86,6 @@ UPDATE "lifecycle_refund" SET "status" = %s, "failures" = %s, "last_error" = %s,
 -- fail [lease_is_held, lease_is_live, !retry_allowed]: leased -> failed, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_refund" SET "status" = %s, "failures" = %s, "last_error" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
 
--- name: update_fail_from_leased_2_keyed
--- fail [lease_is_held, lease_is_live, !retry_allowed]: leased -> failed, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_refund" SET "status" = %s, "failures" = %s, "last_error" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s
-
 -- name: update_rescue_from_leased_1
 -- rescue [lease_has_expired, failures_remain]: leased -> retry_wait, compare-and-set on the whole record as read, inside a transaction.
 UPDATE "lifecycle_refund" SET "status" = %s, "failures" = %s, "available_at" = %s, "last_error" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s
@@ -121,10 +93,6 @@ UPDATE "lifecycle_refund" SET "status" = %s, "failures" = %s, "available_at" = %
 -- name: update_rescue_from_leased_1_alone
 -- rescue [lease_has_expired, failures_remain]: leased -> retry_wait, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_refund" SET "status" = %s, "failures" = %s, "available_at" = %s, "last_error" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
-
--- name: update_rescue_from_leased_1_keyed
--- rescue [lease_has_expired, failures_remain]: leased -> retry_wait, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_refund" SET "status" = %s, "failures" = %s, "available_at" = %s, "last_error" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s
 
 -- name: update_rescue_from_leased_2
 -- rescue [lease_has_expired, !failures_remain]: leased -> failed, compare-and-set on the whole record as read, inside a transaction.
@@ -134,10 +102,6 @@ UPDATE "lifecycle_refund" SET "status" = %s, "failures" = %s, "last_error" = %s,
 -- rescue [lease_has_expired, !failures_remain]: leased -> failed, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_refund" SET "status" = %s, "failures" = %s, "last_error" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
 
--- name: update_rescue_from_leased_2_keyed
--- rescue [lease_has_expired, !failures_remain]: leased -> failed, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_refund" SET "status" = %s, "failures" = %s, "last_error" = %s, "worker_id" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "refund_id" = %s
-
 -- name: update_cancel_from_submitted
 -- cancel: submitted -> cancelled, compare-and-set on the whole record as read, inside a transaction.
 UPDATE "lifecycle_refund" SET "status" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s
@@ -146,10 +110,6 @@ UPDATE "lifecycle_refund" SET "status" = %s, "updated_at" = %s WHERE "refund_id"
 -- cancel: submitted -> cancelled, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_refund" SET "status" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
 
--- name: update_cancel_from_submitted_keyed
--- cancel: submitted -> cancelled, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_refund" SET "status" = %s, "updated_at" = %s WHERE "refund_id" = %s
-
 -- name: update_cancel_from_retry_wait
 -- cancel: retry_wait -> cancelled, compare-and-set on the whole record as read, inside a transaction.
 UPDATE "lifecycle_refund" SET "status" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s
@@ -157,10 +117,6 @@ UPDATE "lifecycle_refund" SET "status" = %s, "updated_at" = %s WHERE "refund_id"
 -- name: update_cancel_from_retry_wait_alone
 -- cancel: retry_wait -> cancelled, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_refund" SET "status" = %s, "updated_at" = %s WHERE "refund_id" = %s AND "amount_cents" IS NOT DISTINCT FROM %s AND "currency" IS NOT DISTINCT FROM %s AND "status" IS NOT DISTINCT FROM %s AND "failures" IS NOT DISTINCT FROM %s AND "max_failures" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "worker_id" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "last_error" IS NOT DISTINCT FROM %s AND "created_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
-
--- name: update_cancel_from_retry_wait_keyed
--- cancel: retry_wait -> cancelled, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_refund" SET "status" = %s, "updated_at" = %s WHERE "refund_id" = %s
 
 -- name: claim_due
 -- The due records in claim order, the walk bounded where the dialect bounds it (no key excluded; an exclusion goes before the ORDER BY).

@@ -47,8 +47,8 @@ SELECT refund_id, amount_cents, currency, status, failures, max_failures, availa
 SELECT status, count(*) FROM lifecycle_refund GROUP BY status
 
 -- name: reread_under_lock
--- Records a batch read earlier, read again under the write lock (one marker per record; shown with one).
-SELECT refund_id, amount_cents, currency, status, failures, max_failures, available_at, worker_id, lease_token, lease_expires_at, last_error, created_at, updated_at FROM lifecycle_refund WHERE refund_id IN (?)
+-- Records a batch read earlier, read again under the write lock (one marker per record; shown with two).
+SELECT refund_id, amount_cents, currency, status, failures, max_failures, available_at, worker_id, lease_token, lease_expires_at, last_error, created_at, updated_at FROM lifecycle_refund WHERE refund_id IN (?, ?)
 
 -- name: update_claim_from_submitted
 -- claim [is_due]: submitted -> leased, compare-and-set on the whole record as read, inside a transaction.

@@ -38,10 +38,6 @@ SELECT "doc_id", "status", "revision", "max_revisions", "available_at", "due_at"
 -- How many records each status holds.
 SELECT "status", count(*) FROM "lifecycle_review" GROUP BY "status"
 
--- name: reread_under_lock
--- Records a batch read earlier, read again under the write lock (one marker per record; shown with one).
-SELECT "doc_id", "status", "revision", "max_revisions", "available_at", "due_at", "reviewer", "lease_token", "lease_expires_at", "decision", "reason", "submitted_at", "updated_at" FROM "lifecycle_review" WHERE "doc_id" IN (%s)
-
 -- name: update_claim_from_submitted
 -- claim [before_deadline]: submitted -> in_review, compare-and-set on the whole record as read, inside a transaction.
 UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "doc_id" = %s AND "status" IS NOT DISTINCT FROM %s AND "revision" IS NOT DISTINCT FROM %s AND "max_revisions" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "due_at" IS NOT DISTINCT FROM %s AND "reviewer" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "decision" IS NOT DISTINCT FROM %s AND "reason" IS NOT DISTINCT FROM %s AND "submitted_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s
@@ -49,10 +45,6 @@ UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s
 -- name: update_claim_from_submitted_alone
 -- claim [before_deadline]: submitted -> in_review, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "doc_id" = %s AND "status" IS NOT DISTINCT FROM %s AND "revision" IS NOT DISTINCT FROM %s AND "max_revisions" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "due_at" IS NOT DISTINCT FROM %s AND "reviewer" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "decision" IS NOT DISTINCT FROM %s AND "reason" IS NOT DISTINCT FROM %s AND "submitted_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
-
--- name: update_claim_from_submitted_keyed
--- claim [before_deadline]: submitted -> in_review, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s, "lease_expires_at" = %s, "updated_at" = %s WHERE "doc_id" = %s
 
 -- name: update_approve_from_in_review
 -- approve [lease_is_held, lease_is_live]: in_review -> approved, compare-and-set on the whole record as read, inside a transaction.
@@ -62,10 +54,6 @@ UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s
 -- approve [lease_is_held, lease_is_live]: in_review -> approved, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s, "lease_expires_at" = %s, "decision" = %s, "updated_at" = %s WHERE "doc_id" = %s AND "status" IS NOT DISTINCT FROM %s AND "revision" IS NOT DISTINCT FROM %s AND "max_revisions" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "due_at" IS NOT DISTINCT FROM %s AND "reviewer" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "decision" IS NOT DISTINCT FROM %s AND "reason" IS NOT DISTINCT FROM %s AND "submitted_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
 
--- name: update_approve_from_in_review_keyed
--- approve [lease_is_held, lease_is_live]: in_review -> approved, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s, "lease_expires_at" = %s, "decision" = %s, "updated_at" = %s WHERE "doc_id" = %s
-
 -- name: update_request_changes_from_in_review
 -- request_changes [lease_is_held, lease_is_live, reason_given]: in_review -> changes_requested, compare-and-set on the whole record as read, inside a transaction.
 UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s, "lease_expires_at" = %s, "decision" = %s, "reason" = %s, "updated_at" = %s WHERE "doc_id" = %s AND "status" IS NOT DISTINCT FROM %s AND "revision" IS NOT DISTINCT FROM %s AND "max_revisions" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "due_at" IS NOT DISTINCT FROM %s AND "reviewer" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "decision" IS NOT DISTINCT FROM %s AND "reason" IS NOT DISTINCT FROM %s AND "submitted_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s
@@ -73,10 +61,6 @@ UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s
 -- name: update_request_changes_from_in_review_alone
 -- request_changes [lease_is_held, lease_is_live, reason_given]: in_review -> changes_requested, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s, "lease_expires_at" = %s, "decision" = %s, "reason" = %s, "updated_at" = %s WHERE "doc_id" = %s AND "status" IS NOT DISTINCT FROM %s AND "revision" IS NOT DISTINCT FROM %s AND "max_revisions" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "due_at" IS NOT DISTINCT FROM %s AND "reviewer" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "decision" IS NOT DISTINCT FROM %s AND "reason" IS NOT DISTINCT FROM %s AND "submitted_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
-
--- name: update_request_changes_from_in_review_keyed
--- request_changes [lease_is_held, lease_is_live, reason_given]: in_review -> changes_requested, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s, "lease_expires_at" = %s, "decision" = %s, "reason" = %s, "updated_at" = %s WHERE "doc_id" = %s
 
 -- name: update_reject_from_in_review
 -- reject [lease_is_held, lease_is_live, reason_given]: in_review -> rejected, compare-and-set on the whole record as read, inside a transaction.
@@ -86,10 +70,6 @@ UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s
 -- reject [lease_is_held, lease_is_live, reason_given]: in_review -> rejected, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s, "lease_expires_at" = %s, "decision" = %s, "reason" = %s, "updated_at" = %s WHERE "doc_id" = %s AND "status" IS NOT DISTINCT FROM %s AND "revision" IS NOT DISTINCT FROM %s AND "max_revisions" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "due_at" IS NOT DISTINCT FROM %s AND "reviewer" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "decision" IS NOT DISTINCT FROM %s AND "reason" IS NOT DISTINCT FROM %s AND "submitted_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
 
--- name: update_reject_from_in_review_keyed
--- reject [lease_is_held, lease_is_live, reason_given]: in_review -> rejected, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s, "lease_expires_at" = %s, "decision" = %s, "reason" = %s, "updated_at" = %s WHERE "doc_id" = %s
-
 -- name: update_release_lease_from_in_review
 -- release_lease [lease_has_expired]: in_review -> submitted, compare-and-set on the whole record as read, inside a transaction.
 UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s, "lease_expires_at" = %s, "available_at" = %s, "updated_at" = %s WHERE "doc_id" = %s AND "status" IS NOT DISTINCT FROM %s AND "revision" IS NOT DISTINCT FROM %s AND "max_revisions" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "due_at" IS NOT DISTINCT FROM %s AND "reviewer" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "decision" IS NOT DISTINCT FROM %s AND "reason" IS NOT DISTINCT FROM %s AND "submitted_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s
@@ -97,10 +77,6 @@ UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s
 -- name: update_release_lease_from_in_review_alone
 -- release_lease [lease_has_expired]: in_review -> submitted, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s, "lease_expires_at" = %s, "available_at" = %s, "updated_at" = %s WHERE "doc_id" = %s AND "status" IS NOT DISTINCT FROM %s AND "revision" IS NOT DISTINCT FROM %s AND "max_revisions" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "due_at" IS NOT DISTINCT FROM %s AND "reviewer" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "decision" IS NOT DISTINCT FROM %s AND "reason" IS NOT DISTINCT FROM %s AND "submitted_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
-
--- name: update_release_lease_from_in_review_keyed
--- release_lease [lease_has_expired]: in_review -> submitted, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_review" SET "status" = %s, "reviewer" = %s, "lease_token" = %s, "lease_expires_at" = %s, "available_at" = %s, "updated_at" = %s WHERE "doc_id" = %s
 
 -- name: update_resubmit_from_changes_requested
 -- resubmit [before_deadline, next_revision, revisions_remain]: changes_requested -> submitted, compare-and-set on the whole record as read, inside a transaction.
@@ -110,10 +86,6 @@ UPDATE "lifecycle_review" SET "status" = %s, "revision" = %s, "decision" = %s, "
 -- resubmit [before_deadline, next_revision, revisions_remain]: changes_requested -> submitted, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_review" SET "status" = %s, "revision" = %s, "decision" = %s, "reason" = %s, "available_at" = %s, "updated_at" = %s WHERE "doc_id" = %s AND "status" IS NOT DISTINCT FROM %s AND "revision" IS NOT DISTINCT FROM %s AND "max_revisions" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "due_at" IS NOT DISTINCT FROM %s AND "reviewer" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "decision" IS NOT DISTINCT FROM %s AND "reason" IS NOT DISTINCT FROM %s AND "submitted_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
 
--- name: update_resubmit_from_changes_requested_keyed
--- resubmit [before_deadline, next_revision, revisions_remain]: changes_requested -> submitted, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_review" SET "status" = %s, "revision" = %s, "decision" = %s, "reason" = %s, "available_at" = %s, "updated_at" = %s WHERE "doc_id" = %s
-
 -- name: update_expire_from_submitted
 -- expire [deadline_passed]: submitted -> expired, compare-and-set on the whole record as read, inside a transaction.
 UPDATE "lifecycle_review" SET "status" = %s, "decision" = %s, "reason" = %s, "updated_at" = %s WHERE "doc_id" = %s AND "status" IS NOT DISTINCT FROM %s AND "revision" IS NOT DISTINCT FROM %s AND "max_revisions" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "due_at" IS NOT DISTINCT FROM %s AND "reviewer" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "decision" IS NOT DISTINCT FROM %s AND "reason" IS NOT DISTINCT FROM %s AND "submitted_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s
@@ -122,10 +94,6 @@ UPDATE "lifecycle_review" SET "status" = %s, "decision" = %s, "reason" = %s, "up
 -- expire [deadline_passed]: submitted -> expired, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_review" SET "status" = %s, "decision" = %s, "reason" = %s, "updated_at" = %s WHERE "doc_id" = %s AND "status" IS NOT DISTINCT FROM %s AND "revision" IS NOT DISTINCT FROM %s AND "max_revisions" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "due_at" IS NOT DISTINCT FROM %s AND "reviewer" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "decision" IS NOT DISTINCT FROM %s AND "reason" IS NOT DISTINCT FROM %s AND "submitted_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
 
--- name: update_expire_from_submitted_keyed
--- expire [deadline_passed]: submitted -> expired, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_review" SET "status" = %s, "decision" = %s, "reason" = %s, "updated_at" = %s WHERE "doc_id" = %s
-
 -- name: update_expire_from_changes_requested
 -- expire [deadline_passed]: changes_requested -> expired, compare-and-set on the whole record as read, inside a transaction.
 UPDATE "lifecycle_review" SET "status" = %s, "decision" = %s, "reason" = %s, "updated_at" = %s WHERE "doc_id" = %s AND "status" IS NOT DISTINCT FROM %s AND "revision" IS NOT DISTINCT FROM %s AND "max_revisions" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "due_at" IS NOT DISTINCT FROM %s AND "reviewer" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "decision" IS NOT DISTINCT FROM %s AND "reason" IS NOT DISTINCT FROM %s AND "submitted_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s
@@ -133,10 +101,6 @@ UPDATE "lifecycle_review" SET "status" = %s, "decision" = %s, "reason" = %s, "up
 -- name: update_expire_from_changes_requested_alone
 -- expire [deadline_passed]: changes_requested -> expired, compare-and-set as a transaction of its own, the schema as verified.
 UPDATE "lifecycle_review" SET "status" = %s, "decision" = %s, "reason" = %s, "updated_at" = %s WHERE "doc_id" = %s AND "status" IS NOT DISTINCT FROM %s AND "revision" IS NOT DISTINCT FROM %s AND "max_revisions" IS NOT DISTINCT FROM %s AND "available_at" IS NOT DISTINCT FROM %s AND "due_at" IS NOT DISTINCT FROM %s AND "reviewer" IS NOT DISTINCT FROM %s AND "lease_token" IS NOT DISTINCT FROM %s AND "lease_expires_at" IS NOT DISTINCT FROM %s AND "decision" IS NOT DISTINCT FROM %s AND "reason" IS NOT DISTINCT FROM %s AND "submitted_at" IS NOT DISTINCT FROM %s AND "updated_at" IS NOT DISTINCT FROM %s AND ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) = %s::text[]
-
--- name: update_expire_from_changes_requested_keyed
--- expire [deadline_passed]: changes_requested -> expired, by the key alone: the record was read under this transaction's write lock.
-UPDATE "lifecycle_review" SET "status" = %s, "decision" = %s, "reason" = %s, "updated_at" = %s WHERE "doc_id" = %s
 
 -- name: claim_due
 -- The due records in claim order, the walk bounded where the dialect bounds it (no key excluded; an exclusion goes before the ORDER BY).

@@ -47,8 +47,8 @@ SELECT doc_id, status, revision, max_revisions, available_at, due_at, reviewer, 
 SELECT status, count(*) FROM lifecycle_review GROUP BY status
 
 -- name: reread_under_lock
--- Records a batch read earlier, read again under the write lock (one marker per record; shown with one).
-SELECT doc_id, status, revision, max_revisions, available_at, due_at, reviewer, lease_token, lease_expires_at, decision, reason, submitted_at, updated_at FROM lifecycle_review WHERE doc_id IN (?)
+-- Records a batch read earlier, read again under the write lock (one marker per record; shown with two).
+SELECT doc_id, status, revision, max_revisions, available_at, due_at, reviewer, lease_token, lease_expires_at, decision, reason, submitted_at, updated_at FROM lifecycle_review WHERE doc_id IN (?, ?)
 
 -- name: update_claim_from_submitted
 -- claim [before_deadline]: submitted -> in_review, compare-and-set on the whole record as read, inside a transaction.
