@@ -15,10 +15,12 @@ from typing import Any
 from lifecycles.machines.core import Lifecycle
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.outbox import OUTBOX
+from lifecycles.stores.postgres_dialect import PostgresDialect
 from lifecycles.stores.sql_dialect import Dialect
 from lifecycles.stores.sql_rendered import blocks_of, render
 from lifecycles.stores.sql_schema import SQLSchema
 from lifecycles.stores.sql_statements import TableStatements
+from lifecycles.stores.sqlite import SQLiteDialect
 
 AnyLifecycle = Lifecycle[Any, Any]
 
@@ -55,7 +57,4 @@ def _schema(lifecycle: AnyLifecycle) -> SQLSchema | None:
 
 def _dialects() -> list[tuple[str, Dialect, bool]]:
     """Each dialect, the store's name, and whether it claims in place (one statement)."""
-    from lifecycles.stores.postgres import PostgresDialect  # psycopg: the postgres extra
-    from lifecycles.stores.sqlite import SQLiteDialect
-
     return [("SQLite", SQLiteDialect(), False), ("PostgreSQL", PostgresDialect(), True)]
