@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from lifecycles.invariants.monitor import MonitorRecord
+from lifecycles.invariants.outbox import OutboxRecord
 from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.monitor import MONITOR
-from lifecycles.machines.outbox import OUTBOX
 from lifecycles.stores.postgres_dialect import PostgresDialect
 from lifecycles.stores.sql_dialect import Dialect
 from lifecycles.stores.sql_rendered import blocks_of, render
@@ -46,9 +46,12 @@ def sql_files(name: str, lifecycle: AnyLifecycle) -> dict[str, bytes]:
 
 
 def _schema(lifecycle: AnyLifecycle) -> SQLSchema | None:
-    if lifecycle is OUTBOX:
+    """The schema ``lifecycle`` is stored in, told by its record class (not by its
+    table, which importing would build: an invalid table is the diagrams command's to
+    report, with its own message)."""
+    if lifecycle.record_type is OutboxRecord:
         return None
-    if lifecycle.record_type is MONITOR.record_type:
+    if lifecycle.record_type is MonitorRecord:
         from lifecycles.monitor import MonitorSchema  # the monitor's own, reference schema
 
         return MonitorSchema(_ANY_CAPABILITIES, lifecycle)
