@@ -37,6 +37,11 @@ class AppHooks:
     files_layout: Any = None
     """The :class:`~lifecycles.stores.files.FilesLayout` the app's files store keeps;
     default: one directory per status."""
+    sql_schema: Callable[[], Any] | None = None
+    """The :class:`~lifecycles.stores.sql.SQLSchema` the app's SQL stores keep its records
+    in, for the SQL files beside the diagrams; default: the one derived from the record."""
+    kept_in_sql: bool = True
+    """Whether any SQL store keeps the app's records (no SQL files are drawn if not)."""
 
 
 def hooks_of(lifecycle: AnyLifecycle) -> AppHooks:

@@ -13,6 +13,9 @@ and the entry points'), or of each ``--module``, the diagrams directory (the pro
   in detail.
 * ``<name>.dot`` and ``<name>.svg``: the same table through Graphviz (``dot -Tsvg``).
 * ``<name>.md``: the auditor's page (:mod:`lifecycles.diagrams_page`).
+* ``<name>.sqlite.sql`` and ``<name>.postgres.sql``: every statement the SQL stores run
+  for the lifecycle, in named blocks (:mod:`lifecycles.diagrams_sql`); none for a
+  lifecycle no SQL store keeps.
 
 plus ``README.md`` (the index) and ``graphviz-version.txt`` (the Graphviz version and
 font that drew the SVG files).
@@ -41,6 +44,7 @@ import attrs
 from lifecycles.cli import CommandError
 from lifecycles.diagrams_page import index, page
 from lifecycles.diagrams_pictures import DiagramError, Graphviz, dot, find_graphviz, mermaid
+from lifecycles.diagrams_sql import sql_files
 from lifecycles.machines.core import Lifecycle
 
 AnyLifecycle = Lifecycle[Any, Any]
@@ -109,6 +113,7 @@ def generate(
     """
     files: dict[str, bytes] = {}
     renderer_dependent = {GRAPHVIZ_VERSION_FILE}
+    sql: dict[str, list[str]] = {}
     for name in sorted(lifecycles):
         lifecycle = lifecycles[name]
         mermaid_source = mermaid(lifecycle)
@@ -121,10 +126,14 @@ def generate(
             svg_name=f"{name}.svg" if drawn else None, dot_name=f"{name}.dot",
             mermaid_name=f"{name}.mmd",
         ).encode()
+        statements = sql_files(name, lifecycle)
+        files.update(statements)
+        sql[name] = list(statements)
         renderer_dependent.add(f"{name}.svg")
         if graphviz is not None:
             files[f"{name}.svg"] = graphviz.svg(dot_source)
-    files[INDEX_FILE] = index({name: lifecycles[name] for name in sorted(lifecycles)}).encode()
+    files[INDEX_FILE] = index(
+        {name: lifecycles[name] for name in sorted(lifecycles)}, sql).encode()
     if graphviz is not None:
         files[GRAPHVIZ_VERSION_FILE] = graphviz.identity.encode()
     not_rendered = () if graphviz is not None else tuple(sorted(renderer_dependent))

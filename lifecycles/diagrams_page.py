@@ -11,7 +11,7 @@ object, in a fixed order, so the same table gives the same bytes.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lifecycles.diagrams_audit import checklist, sections
@@ -97,8 +97,12 @@ def page(lifecycle: AnyLifecycle, mermaid_source: str, *, svg_name: str | None,
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def index(lifecycles: Mapping[str, AnyLifecycle]) -> str:
-    """``diagrams/README.md``: one line per lifecycle with links to its page and pictures."""
+def index(
+    lifecycles: Mapping[str, AnyLifecycle], sql: Mapping[str, Sequence[str]] | None = None
+) -> str:
+    """``diagrams/README.md``: one line per lifecycle with links to its page and pictures,
+    and to ``sql[name]``, the files listing its stores' SQL, where it has some."""
+    sql = sql or {}
     out = [
         "# Lifecycle diagrams",
         "",
@@ -113,6 +117,7 @@ def index(lifecycles: Mapping[str, AnyLifecycle]) -> str:
     ]
     for name, lifecycle in lifecycles.items():
         pictures = f"[Mermaid]({name}.mmd) · [SVG]({name}.svg) · [DOT]({name}.dot)"
+        pictures += "".join(f" · [{_sql_label(file)}]({file})" for file in sql.get(name, ()))
         out.append(
             f"| [{cell(name)}]({name}.md) | {cell(lifecycle.description or '-')} "
             f"| {len(lifecycle.statuses)} | {len(lifecycle.table)} "
@@ -123,9 +128,24 @@ def index(lifecycles: Mapping[str, AnyLifecycle]) -> str:
         "`graphviz-version.txt` records the Graphviz version and font that drew the SVG "
         "files; the drift check compares SVG files only where the installed Graphviz matches.",
     ]
+    if any(sql.values()):
+        out += [
+            "",
+            "`<name>.sqlite.sql` and `<name>.postgres.sql` list every statement the SQL "
+            "stores run on the lifecycle's table, in named blocks, with their parameter "
+            "markers: the schema, the reads, the compare-and-set writes, the claim, "
+            "health and the batches. They are rendered from the builders the stores run, "
+            "and the drift check compares them too.",
+        ]
 
     out += checklist(lifecycles)
     return "\n".join(out) + "\n"
+
+
+def _sql_label(file: str) -> str:
+    """``SQLite SQL`` for ``monitor.sqlite.sql``: the dialect a SQL file is written in."""
+    dialect = file.rsplit(".", 2)[-2]
+    return {"sqlite": "SQLite", "postgres": "PostgreSQL"}.get(dialect, dialect) + " SQL"
 
 
 # --- sections --------------------------------------------------------------------

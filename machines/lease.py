@@ -131,14 +131,14 @@ class LeasingStore(Protocol[R]):
 
     def claim_in_place(self, inputs: Any) -> object:
         """Optional. The common claim (no lease expired) as one statement of the database,
-        its rules checked before it commits: the record leased, or :data:`UNSETTLED` (the
+        its rules checked before it commits: the record leased, or :data:`LEFT_TO_PROTOCOL` (the
         default) when the store cannot or the statement leased nothing."""
         ...
 
     def claim_many_in_place(self, inputs_for: Callable[[int], Any], limit: int) -> object:
         """Optional. The common batch claim as one statement: the records leased in claim
         order (the ``n``-th under ``inputs_for(n)``; an empty list: nothing due), or
-        :data:`UNSETTLED` (the default; the protocol then calls ``inputs_for`` again from
+        :data:`LEFT_TO_PROTOCOL` (the default; the protocol then calls ``inputs_for`` again from
         0, and is given the same answers)."""
         ...
 
@@ -148,7 +148,7 @@ class LeasingStore(Protocol[R]):
         ...
 
 
-UNSETTLED = object()
+LEFT_TO_PROTOCOL = object()
 """What a store's claim shortcut (and :func:`claim_at_a_glance`) answers when the full
 protocol must decide."""
 
@@ -163,12 +163,12 @@ class LeaseDefaults(Generic[R]):
         return None
 
     def claim_in_place(self, inputs: Any) -> object:
-        """:data:`UNSETTLED`: claims are decided in Python."""
-        return UNSETTLED
+        """:data:`LEFT_TO_PROTOCOL`: claims are decided in Python."""
+        return LEFT_TO_PROTOCOL
 
     def claim_many_in_place(self, inputs_for: Callable[[int], Any], limit: int) -> object:
-        """:data:`UNSETTLED`: batch claims are decided in Python."""
-        return UNSETTLED
+        """:data:`LEFT_TO_PROTOCOL`: batch claims are decided in Python."""
+        return LEFT_TO_PROTOCOL
 
     def check_schema(self) -> None:
         """No schema to check."""
@@ -361,10 +361,10 @@ def claim(
     declared_lease(lifecycle)
     if on_lease is None:
         settled = store.claim_in_place(inputs)
-        if settled is UNSETTLED:
+        if settled is LEFT_TO_PROTOCOL:
             settled = claim_at_a_glance(store, lifecycle, inputs)
-        if settled is not UNSETTLED:
-            return settled  # type: ignore[return-value]  # a record or None, never UNSETTLED
+        if settled is not LEFT_TO_PROTOCOL:
+            return settled  # type: ignore[return-value]  # a record or None, never LEFT_TO_PROTOCOL
     # The one-transaction protocol is a batch of one.
     granted = claim_in_transaction(store, lifecycle, lambda _: inputs, 1, on_lease, on_rescue)
     return granted[0] if granted else None
@@ -392,7 +392,7 @@ def claim_many(
     if on_lease is None:
         minted = _Minted(inputs_for)
         settled = store.claim_many_in_place(minted, limit)
-        if settled is not UNSETTLED:
+        if settled is not LEFT_TO_PROTOCOL:
             return settled  # type: ignore[return-value]  # the records leased
         inputs_for = minted
     return claim_in_transaction(store, lifecycle, inputs_for, limit, on_lease, on_rescue)
@@ -465,24 +465,24 @@ def claim_at_a_glance(store: LeasingStore[R], lifecycle: Lifecycle[R, Any], inpu
     the whole record as read: it succeeds only if nothing changed in between, which
     makes it the same as the one-transaction protocol. Nothing due: ``None``, once the
     schema is confirmed. Anything else (an expired lease, a refused or invalid
-    candidate, a lost race, a store that answers no glance) is :data:`UNSETTLED`.
+    candidate, a lost race, a store that answers no glance) is :data:`LEFT_TO_PROTOCOL`.
     """
     try:
         seen = store.glance(inputs.now)
     except InvariantViolation:
-        return UNSETTLED  # the protocol reads it again, after its own schema check
+        return LEFT_TO_PROTOCOL  # the protocol reads it again, after its own schema check
     if seen is None or seen.expired:
-        return UNSETTLED
+        return LEFT_TO_PROTOCOL
     decision = decide_claim(lifecycle, seen.first_due, inputs)
     if decision is None:
         store.check_schema()  # an empty queue in an altered database is still refused
         return None
     if isinstance(decision, PassOver):
-        return UNSETTLED
+        return LEFT_TO_PROTOCOL
     try:
         store.put(decision.before, decision.after, decision.row)
     except LostRace:
-        return UNSETTLED  # another writer moved first: the full protocol decides
+        return LEFT_TO_PROTOCOL  # another writer moved first: the full protocol decides
     return decision.after
 
 

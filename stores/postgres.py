@@ -44,7 +44,7 @@ What a broken connection leaves behind: the server rolls back a transaction whos
 connection is lost before its ``COMMIT`` arrives, so a failure before the commit was
 sent changed nothing (``outcome_unknown`` false; a connection found closed before a
 statement is sent, too). A connection lost after ``COMMIT`` was sent, or during a
-statement that commits by itself (an autocommit write: :meth:`PostgresStore.alone`,
+statement that commits by itself (an autocommit write: :meth:`PostgresStore.run_write_committed`,
 the one-statement claim), and before the answer came, is :class:`CommitUncertain`
 (``outcome_unknown`` true): the server may have committed, and only a new read on a
 working connection tells. A commit the server answered with an error was rolled back.
@@ -56,15 +56,16 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import lru_cache
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import tuple_row
 
+import lifecycles.stores.postgres_batch as postgres_batch
+import lifecycles.stores.postgres_notify as postgres_notify
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
-from lifecycles.stores import postgres_batch, postgres_notify
 from lifecycles.stores.base import (
     CommitUncertain,
     SchemaMismatch,
@@ -74,8 +75,8 @@ from lifecycles.stores.base import (
     TransactionNested,
     UniqueViolation,
 )
-from lifecycles.stores.codecs import from_json_or_none, json_or_none
-from lifecycles.stores.sql import Codec, Column, Dialect, SQLSchema, SQLStore
+from lifecycles.stores.postgres_dialect import PostgresDialect
+from lifecycles.stores.sql import SQLSchema
 from lifecycles.stores.sql_claim import ClaimInPlace, claim_in_place
 
 R = TypeVar("R")
@@ -108,27 +109,6 @@ def connect(dsn: str, **options: Any) -> Connection:
         raise ValueError(f"not a valid PostgreSQL connection string: {error}") from error
     except psycopg.Error as error:
         raise StoreUnavailable(f"cannot reach the PostgreSQL server: {error}") from error
-
-
-# The columns of one table (a parameter: its name) as an array of "name type", in order,
-# from the catalogue itself: information_schema.columns costs about ten times more.
-_COLUMNS_OF = (
-    "ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, NULL) FROM pg_attribute AS a"
-    " WHERE a.attrelid = quote_ident(%s)::regclass AND a.attnum > 0 AND NOT a.attisdropped"
-    " ORDER BY a.attnum)"
-)
-
-
-def _array_literal(items: Sequence[str]) -> str:
-    """``items`` as the text of a PostgreSQL ``text[]`` (the guard casts it): one string
-    parameter, where a list would be dumped element by element on every write."""
-    quoted = ('"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"' for item in items)
-    return "{" + ",".join(quoted) + "}"
-
-
-def _described(value: Any) -> tuple[tuple[str, str], ...]:
-    """An array of ``_COLUMNS_OF`` as (name, type) pairs."""
-    return tuple((name, kind) for name, _, kind in (str(item).partition(" ") for item in value))
 
 
 _MARKERS = re.compile(r"%(.)", re.DOTALL)
@@ -169,85 +149,7 @@ def _rows(cursor: Any) -> list[tuple[Any, ...]]:
     return cursor.fetchall() if result is not None and result.status == TUPLES_OK else []
 
 
-class PostgresDialect(Dialect):
-    """PostgreSQL's ``%s`` markers, quoted identifiers, ``IS NOT DISTINCT FROM``, row locks
-    that skip what another worker holds, typed columns."""
-
-    name = "postgres"
-    param = "%s"
-    null_safe_equal = "IS NOT DISTINCT FROM"
-    skip_locked = " FOR UPDATE SKIP LOCKED"
-    collation = ' COLLATE "C"'
-    # Structured values are canonical JSON text, not jsonb: jsonb rewrites numbers (1e308
-    # comes back as an integer) and so would not return the record that was written.
-    type_names: ClassVar[dict[str, str]] = {
-        "text": "text", "integer": "integer", "bigint": "bigint", "real": "double precision",
-        "boolean": "boolean", "json": "text", "other": "text",
-    }
-
-    def quote(self, identifier: str) -> str:
-        return '"' + identifier.replace('"', '""') + '"'
-
-    def column_definition(self, column: Column, key: bool) -> str:
-        sql_type = self.type_names[column.kind]
-        return (
-            f"{self.quote(column.name)} {sql_type}"
-            + (self.collation if sql_type == "text" else "")
-            + (" PRIMARY KEY" if key else "")
-        )
-
-    def signature(self, column: Column) -> object:
-        return (column.name, self.type_names[column.kind])
-
-    def excluding(self, key: str, keys: list[str]) -> tuple[str, list[Any]]:
-        # One array parameter: the statement's text stays the same whatever is excluded.
-        return f" AND NOT ({key} = ANY(%s))", [list(keys)]
-
-    def probe(self, schema: SQLSchema) -> tuple[str, tuple[Any, ...]]:
-        binding = schema.binding
-        if binding is None:
-            return f"SELECT {_COLUMNS_OF}", (schema.table,)
-        meta = ", ".join(f"m.{self.quote(column.name)}" for column in binding.meta_columns)
-        return (
-            f"SELECT {meta}, {_COLUMNS_OF}, {_COLUMNS_OF} FROM {self.quote(binding.meta_table)}"
-            " AS m",
-            (schema.table, binding.meta_table),
-        )
-
-    def catalogue_guard(self, schema: SQLSchema) -> str:
-        guard = f"{_COLUMNS_OF} = %s::text[]"
-        return guard if schema.binding is None else f"{guard} AND {guard}"
-
-    def catalogue_params(self, schema: SQLSchema, token: object) -> list[Any]:
-        watched = [(schema.table, schema.columns)]
-        if schema.binding is not None:
-            watched.append((schema.binding.meta_table, schema.binding.meta_columns))
-        params: list[Any] = []
-        for table, columns in watched:
-            described = [f"{c.name} {self.type_names[c.kind]}" for c in columns]
-            params += [table, _array_literal(described)]
-        return params
-
-    def read_probe(self, schema: SQLSchema, rows: list[tuple[Any, ...]]) -> object:
-        # A dropped or renamed table fails the statement itself (UndefinedTable), which
-        # driver_error reports as schema_altered too.
-        binding = schema.binding
-        width = len(binding.meta_columns) if binding else 0
-        watched = [schema.columns, *([binding.meta_columns] if binding else [])]
-        expected = [tuple(map(self.signature, columns)) for columns in watched]
-        if [tuple(row[:width]) for row in rows] != (binding.meta_rows if binding else [()]) or [
-            _described(value) for value in rows[0][width:]
-        ] != expected:
-            raise schema.mismatch(f"the schema of {schema.table} or its binding changed")
-        return None  # no catalogue version: every probe compares the columns themselves
-
-    def codec(self, column: Column) -> tuple[Codec, Codec]:
-        if column.kind == "other":  # a hint no column type holds: canonical JSON text
-            return json_or_none, from_json_or_none
-        return super().codec(column)
-
-
-class PostgresStore(SQLStore[R]):
+class PostgresStore(postgres_batch.BatchingStore[R]):
     """A lifecycle's records in one PostgreSQL table, compare-and-set on every write."""
 
     dialect = PostgresDialect()
@@ -264,7 +166,7 @@ class PostgresStore(SQLStore[R]):
         super().__init__(lifecycle, connection, schema)
 
     @contextmanager
-    def outermost(self) -> Iterator[None]:
+    def database_transaction(self) -> Iterator[None]:
         connection = self.connection
         self._ready()
         committing = False
@@ -283,7 +185,7 @@ class PostgresStore(SQLStore[R]):
         if state == TransactionStatus.UNKNOWN or self.connection.closed:
             raise self.unavailable("the connection is closed or broken")
         if state != TransactionStatus.IDLE:
-            raise self.nested()
+            raise self.transaction_nested_error()
 
     def commit_may_have_happened(self, error: Exception) -> bool:
         # The connection was lost with the commit on its way: its answer never came. An
@@ -300,16 +202,16 @@ class PostgresStore(SQLStore[R]):
     def claim_in_place(self, inputs: Any) -> object:
         """The common claim as one statement (:mod:`lifecycles.stores.sql_claim`): on an
         autocommit connection outside any transaction, the record leased; otherwise, or
-        when it leased nothing, ``UNSETTLED``."""
+        when it leased nothing, ``LEFT_TO_PROTOCOL``."""
         if self._in_place is None:
-            self._in_place = claim_in_place(self)
+            self._in_place = claim_in_place(self.statements)
         plan = self._in_place
         if isinstance(plan, str) or self._depth or not self.connection.autocommit:
-            return lease_protocol.UNSETTLED
+            return lease_protocol.LEFT_TO_PROTOCOL
         params = [*(getattr(inputs, name) for name in plan.inputs), *self._guard_params]
         found = self._claim_rows(plan.statement, params)
         if not found:
-            return lease_protocol.UNSETTLED
+            return lease_protocol.LEFT_TO_PROTOCOL
         was_values, written_values = plan.split(found[0])
         was = self._decode(was_values)  # read as any read is: field rules, invariants
         # The table fires its claim on the record as it was (its dispatch, its guards, its
@@ -332,7 +234,6 @@ class PostgresStore(SQLStore[R]):
 
     # -- batches: a few statements each, whatever their size (stores/postgres_batch.py) --
 
-    _batches: object = None  # postgres_batch.Batches, built on first use
     put_many_alone = True
 
     def insert_many(self, records: Sequence[R]) -> list[R | UniqueViolation]:
@@ -368,9 +269,9 @@ class PostgresStore(SQLStore[R]):
         except Exception as error:
             self.raise_store_error(error, committing=True)  # the statement is its commit
 
-    def alone(self, statement: str, params: Sequence[Any]) -> int:
+    def run_write_committed(self, statement: str, params: Sequence[Any]) -> int:
         if not self.connection.autocommit:
-            return super().alone(statement, params)
+            return super().run_write_committed(statement, params)
         self._ready()
         try:
             with self._cursor(statement, params) as cursor:
@@ -437,7 +338,7 @@ class PostgresStore(SQLStore[R]):
         except Exception as error:
             self.raise_store_error(error)
 
-    def change(self, statement: str, params: Sequence[Any]) -> int:
+    def run_write(self, statement: str, params: Sequence[Any]) -> int:
         try:
             with self._cursor(statement, params) as cursor:
                 return int(cursor.rowcount)

@@ -26,8 +26,9 @@ and give, record by record, the answer of the one-record path:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from psycopg.pq import ExecStatus
 from psycopg.types.array import ListBinaryDumper
@@ -44,12 +45,25 @@ from lifecycles.stores.sql_batch import (
     InsertStatements,
 )
 
-if TYPE_CHECKING:
-    from lifecycles.stores.postgres import PostgresStore
-
 R = TypeVar("R")
 
-__all__ = ["Batches", "claim_many_in_place", "insert_many", "put_many"]
+__all__ = ["Batches", "BatchingStore", "claim_many_in_place", "insert_many", "put_many"]
+
+
+class BatchingStore(SQLStore[R], ABC):
+    """A SQL store the batch statements run on (PostgreSQL's): besides the store's own
+    statements, it runs one that is a transaction of its own and returns its rows."""
+
+    _batches: Batches | None = None  # built on first use (:func:`batches`)
+
+    @abstractmethod
+    def _claim_rows(self, statement: str, params: Sequence[Any]) -> list[tuple[Any, ...]] | None:
+        """Run a one-statement claim, its own commit: its rows, or ``None`` when a rule
+        refused it (nothing was written)."""
+
+    @abstractmethod
+    def _committed_rows(self, statement: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Run one statement that is a transaction of its own: its rows."""
 
 
 class BinaryArray(list[Any]):
@@ -69,10 +83,10 @@ class Batches:
     """The batch statements of one store, built on first use, and whether the session's
     staging table is known to exist (created once per connection, committed)."""
 
-    def __init__(self, store: PostgresStore[Any]) -> None:
+    def __init__(self, store: BatchingStore[Any]) -> None:
         store.connection.adapters.register_dumper(BinaryArray, ListBinaryDumper)
-        self.inserts = InsertStatements.build(store)
-        self.writes = CompareAndSetStatements.build(store)
+        self.inserts = InsertStatements.build(store.statements)
+        self.writes = CompareAndSetStatements.build(store.statements)
         self.staged = False
         self._store = store
         self._claims: ClaimStatements | str | None = None
@@ -80,7 +94,7 @@ class Batches:
 
     def claims(self) -> ClaimStatements | str:
         if self._claims is None:
-            self._claims = ClaimStatements.build(self._store)
+            self._claims = ClaimStatements.build(self._store.statements)
         return self._claims
 
     def claim_statement(self, plan: ClaimStatements, types: tuple[str, ...]) -> BatchClaim:
@@ -91,10 +105,10 @@ class Batches:
         return statement
 
 
-def batches(store: PostgresStore[Any]) -> Batches:
+def batches(store: BatchingStore[Any]) -> Batches:
     """The store's :class:`Batches`, built once."""
     found = store._batches
-    if not isinstance(found, Batches):
+    if found is None:
         found = store._batches = Batches(store)
     return found
 
@@ -102,7 +116,7 @@ def batches(store: PostgresStore[Any]) -> Batches:
 # --- insert ----------------------------------------------------------------------------
 
 
-def insert_many(store: PostgresStore[R], records: Sequence[R]) -> list[R | UniqueViolation]:
+def insert_many(store: BatchingStore[R], records: Sequence[R]) -> list[R | UniqueViolation]:
     """:meth:`~lifecycles.stores.base.Store.insert_many`, set-based (module docstring)."""
     batch = list(records)
     lifecycle = store.lifecycle
@@ -143,7 +157,7 @@ def _runs_of_distinct(keys: Sequence[str]) -> list[int]:
     return [*ends, len(keys)] if keys else []
 
 
-def _insert_run(store: PostgresStore[R], statements: InsertStatements, records: list[R],
+def _insert_run(store: BatchingStore[R], statements: InsertStatements, records: list[R],
                 keys: list[str]) -> list[R | UniqueViolation]:
     encoded = [store._encode(record, store.schema.column_names) for record in records]
     with store.connection.cursor() as cursor, cursor.copy(statements.copy) as copy:
@@ -172,7 +186,7 @@ def _insert_run(store: PostgresStore[R], statements: InsertStatements, records: 
 # --- compare-and-set -------------------------------------------------------------------
 
 
-def put_many(store: PostgresStore[R], writes: Sequence[tuple[R, R, Row]]) -> list[bool]:
+def put_many(store: BatchingStore[R], writes: Sequence[tuple[R, R, Row]]) -> list[bool]:
     """:meth:`~lifecycles.stores.base.Store.put_many` as one statement (module docstring)."""
     key_of = store.lifecycle.key_of
     if len(writes) < 2 or len({key_of(before) for before, _, _ in writes}) < len(writes):
@@ -227,15 +241,15 @@ def _columns(rows: list[list[Any]], types: Sequence[str]) -> list[BinaryArray]:
 # --- claim -----------------------------------------------------------------------------
 
 
-def claim_many_in_place(store: PostgresStore[R], inputs_for: Callable[[int], Any],
+def claim_many_in_place(store: BatchingStore[R], inputs_for: Callable[[int], Any],
                         limit: int) -> object:
-    """The batch claim as one statement, or ``UNSETTLED`` (module docstring)."""
+    """The batch claim as one statement, or ``LEFT_TO_PROTOCOL`` (module docstring)."""
     if limit < 1 or store._depth or not store.connection.autocommit:
-        return lease_protocol.UNSETTLED
+        return lease_protocol.LEFT_TO_PROTOCOL
     plan = batches(store)
     claims = plan.claims()
     if isinstance(claims, str):
-        return lease_protocol.UNSETTLED
+        return lease_protocol.LEFT_TO_PROTOCOL
     every = [inputs_for(n) for n in range(limit)]
     first = every[0]
     # The pick reads one value of each of these for the whole batch, as the protocol
@@ -243,12 +257,12 @@ def claim_many_in_place(store: PostgresStore[R], inputs_for: Callable[[int], Any
     for name in claims.shared:
         value = getattr(first, name)
         if any(getattr(inputs, name) != value for inputs in every[1:]):
-            return lease_protocol.UNSETTLED
+            return lease_protocol.LEFT_TO_PROTOCOL
     types = []
     for name in claims.per_grant:
         kind = _array_kind([getattr(inputs, name) for inputs in every])
         if kind is None:
-            return lease_protocol.UNSETTLED
+            return lease_protocol.LEFT_TO_PROTOCOL
         types.append(kind)
     statement = plan.claim_statement(claims, tuple(types))
     guards = store._guard_params
@@ -256,13 +270,13 @@ def claim_many_in_place(store: PostgresStore[R], inputs_for: Callable[[int], Any
               for name in statement.binds]
     found = store._claim_rows(statement.statement, params)
     if found is None:  # a rule refused it: nothing was written, the protocol decides
-        return lease_protocol.UNSETTLED
+        return lease_protocol.LEFT_TO_PROTOCOL
     expired, schema_as_verified = found[0][0], found[0][1]
     granted = [row for row in found if row[2] is not None]
     if not granted:
         # Nothing due and nothing to rescue, in the schema as verified: the protocol's
         # answer too. Otherwise it decides (it rescues first; it refuses an altered schema).
-        return [] if schema_as_verified and not expired else lease_protocol.UNSETTLED
+        return [] if schema_as_verified and not expired else lease_protocol.LEFT_TO_PROTOCOL
     lifecycle = store.lifecycle
     trigger = lease_protocol.declared_lease(lifecycle).trigger
     leased_all = []

@@ -35,7 +35,7 @@ from psycopg import sql
 from lifecycles.stores.base import StoreError
 
 if TYPE_CHECKING:
-    from lifecycles.stores.postgres import PostgresStore
+    from lifecycles.stores.sql import SQLStore
 
 __all__ = ["channel_of", "ensure_notify_trigger", "listen"]
 
@@ -47,7 +47,7 @@ def channel_of(schema: str, table: str) -> str:
     return "lc_" + hashlib.sha256(f"{schema}.{table}".encode()).hexdigest()[:24]
 
 
-def ensure_notify_trigger(store: PostgresStore[Any]) -> str | None:
+def ensure_notify_trigger(store: SQLStore[Any]) -> str | None:
     """Create the table's notify triggers if missing; the channel they notify on, or
     ``None`` when there are none (the role may not create them). Runs inside the store's
     opening transaction, after its advisory lock."""

@@ -23,10 +23,10 @@ runs it for reads made outside one), so a schema or meta row changed by another
 connection is refused (``schema_altered``) before anything is read or written.
 
 No driver exception leaves the store, the constructor included: every statement it
-runs (:meth:`SQLStore.run`, :meth:`SQLStore.change`, the transactions' ``BEGIN`` and
+runs (:meth:`SQLStore.run`, :meth:`SQLStore.run_write`, the transactions' ``BEGIN`` and
 ``COMMIT``) turns one into the store error it means (:meth:`SQLStore.driver_error`,
 the subclasses' reading of their driver). A failure while a commit was on its way
-(``COMMIT``, or a statement that commits by itself, :meth:`SQLStore.alone`) is a
+(``COMMIT``, or a statement that commits by itself, :meth:`SQLStore.run_write_committed`) is a
 :class:`~lifecycles.stores.base.CommitUncertain` where the dialect cannot rule out
 that the commit happened (:meth:`SQLStore.commit_may_have_happened`), and a plain
 ``StoreUnavailable`` (nothing changed) where it can.
@@ -53,16 +53,16 @@ from lifecycles.stores.base import (
     UniqueViolation,
 )
 from lifecycles.stores.codecs import as_is, fields_encoder, plain
-from lifecycles.stores.sql_dialect import Codec, Dialect
+from lifecycles.stores.sql_dialect import Codec, Column, Dialect
 from lifecycles.stores.sql_health import Health, HealthQueries
-from lifecycles.stores.sql_lease import SORTED_AT_MOST, LeaseStatements
+from lifecycles.stores.sql_lease import SORTED_AT_MOST, LeaseStatements, excluding
 from lifecycles.stores.sql_schema import (
     Catalogue,
-    Column,
     SchemaBinding,
     SQLSchema,
     column_kind,
 )
+from lifecycles.stores.sql_statements import TableStatements
 
 R = TypeVar("R")
 
@@ -128,6 +128,8 @@ class SQLStore(Store[R], ABC):
     """
 
     dialect: Dialect
+    #: Every statement the store runs, written once when it is built.
+    statements: TableStatements
     #: Driver exceptions an insert raises for a duplicate of a unique value.
     unique_violations: ClassVar[tuple[type[Exception], ...]]
     _location: str = ""
@@ -156,8 +158,8 @@ class SQLStore(Store[R], ABC):
         self._decoders = [
             (name, decode) for name, (_, decode) in codecs.items() if decode is not as_is
         ]
-        self._probe_statement = self.dialect.probe(self.schema)
         self._prepare_statements()
+        self._probe_statement = self.statements.probe
         self._store_errors = _StoreErrors(self)
         with self.transaction():
             self.lock_schema()
@@ -173,8 +175,9 @@ class SQLStore(Store[R], ABC):
     # Each raises store errors only: a driver exception becomes what driver_error says.
 
     @abstractmethod
-    def outermost(self) -> AbstractContextManager[None]:
-        """Begin the outermost transaction; commit on normal exit, roll back otherwise.
+    def database_transaction(self) -> AbstractContextManager[None]:
+        """Begin the database's transaction, the outermost one (a store transaction inside
+        it only counts its depth); commit on normal exit, roll back otherwise.
         Refuses (``transaction_nested``) a connection inside a transaction the store did
         not open, and (``database_unreachable``) one that is closed. A failed commit is
         :meth:`raise_store_error` ``(committing=True)``."""
@@ -184,7 +187,7 @@ class SQLStore(Store[R], ABC):
         """Run one statement; its rows as plain tuples (none for a statement without)."""
 
     @abstractmethod
-    def change(self, statement: str, params: Sequence[Any]) -> int:
+    def run_write(self, statement: str, params: Sequence[Any]) -> int:
         """Run one writing statement; how many rows it changed."""
 
     def locate(self) -> str:
@@ -231,15 +234,15 @@ class SQLStore(Store[R], ABC):
     @abstractmethod
     def unique_column_sets(self, table: str) -> set[frozenset[str]]: ...
 
-    def alone(self, statement: str, params: Sequence[Any]) -> int:
+    def run_write_committed(self, statement: str, params: Sequence[Any]) -> int:
         """Run one writing statement as a transaction of its own, committed when it returns;
         how many rows it changed. A driver that autocommits one statement saves the
         ``BEGIN``, the probe and the ``COMMIT`` of this default; its failure is then
         :meth:`raise_store_error` ``(committing=True)``: the statement is its own commit."""
         with self.transaction():
-            return self.change(statement, params)
+            return self.run_write(statement, params)
 
-    def nested(self) -> TransactionNested:
+    def transaction_nested_error(self) -> TransactionNested:
         """The refusal of a connection already inside a transaction the store did not open:
         silently joining it would make the store's commit the caller's."""
         return TransactionNested(
@@ -274,52 +277,15 @@ class SQLStore(Store[R], ABC):
     # -- SQL, written once from the table and the schema ------------------------------
 
     def _prepare_statements(self) -> None:
-        d, quote, p = self.dialect, self.dialect.quote, self.dialect.param
-        lifecycle = self.lifecycle
-        table = quote(self.schema.table)
-        key, status = quote(lifecycle.key_field), quote(lifecycle.status_field)
-        listed = ", ".join(map(quote, self.schema.column_names))
-        self._key = key
-        self._key_at = self.schema.column_names.index(lifecycle.key_field)
-        self._select = f"SELECT {listed} FROM {table}"
-        self._get = f"{self._select} WHERE {key} = {p}"
-        # A key already stored is not an error: the stored record is returned instead.
-        self._insert = (
-            f"INSERT INTO {table} ({listed}) VALUES ({', '.join(p for _ in self.schema.columns)})"
-            f" ON CONFLICT ({key}) DO NOTHING"
-        )
-        self._page = f"{self._select} WHERE {key} > {p} ORDER BY {key} LIMIT {p}"
-        self._count_by_status = f"SELECT {status}, count(*) FROM {table} GROUP BY {status}"
-        lease = lifecycle.lease
-        # Compare-and-set on the whole record: a record can leave a status and come back
-        # with the same empty token (watching, leased, watching), so nothing less proves
-        # that it is still the one the caller read. The key first, as plain equality: the
-        # lookup goes through the primary key.
-        self._compared = (lifecycle.key_field, *(
-            name for name in self.schema.column_names if name != lifecycle.key_field))
-        whole = " AND ".join([f"{key} = {p}", *(
-            f"{quote(name)} {d.null_safe_equal} {p}" for name in self._compared[1:])])
-        meta, self._meta_params = d.meta_guard(self.schema)
-        # Outside a transaction the statement is one of its own: it also checks the schema
-        # as verified, which a transaction's probe checks otherwise (see ``put``).
-        unprobed = f" AND {d.catalogue_guard(self.schema)}" + (f" AND {meta}" if meta else "")
-        # One UPDATE per table row: it writes exactly the row's fields.
-        names = list(self.schema.column_names)
-        self._compared_at = [names.index(name) for name in self._compared]
-        self._updates: dict[Row, tuple[str, str, tuple[str, ...]]] = {}
-        self._keyed_updates: dict[Row, str] = {}
-        self._written_at: dict[Row, list[int]] = {}
-        for row in lifecycle.rows:
-            fields = lifecycle.writes(row)
-            self._written_at[row] = [names.index(name) for name in fields]
-            assignments = ", ".join(f"{quote(name)} = {p}" for name in fields)
-            update = f"UPDATE {table} SET {assignments} WHERE {whole}"
-            self._updates[row] = (update, update + unprobed, fields)
-            # A record read under the write lock of the transaction writing it (see put).
-            self._keyed_updates[row] = f"UPDATE {table} SET {assignments} WHERE {key} = {p}"
-        self._leasing = (
-            None if lease is None else LeaseStatements.build(d, self.schema, self._select)
-        )
+        """The store's statements (:class:`TableStatements`), and the names it reads them
+        by on its hot paths."""
+        statements = self.statements = TableStatements(self.lifecycle, self.schema, self.dialect)
+        self._key, self._key_at = statements.key, statements.key_at
+        self._select, self._get = statements.select, statements.get
+        self._updates = statements.updates
+        self._written_at = statements.written_at
+        self._compared, self._compared_at = statements.compared, statements.compared_at
+        self._leasing = statements.leasing
 
     # -- transactions and the schema under the store -----------------------------------
 
@@ -333,7 +299,7 @@ class SQLStore(Store[R], ABC):
                 self._depth -= 1
             return
         # The block's own driver exceptions (an on_lease hook's statement, say) too.
-        with self._store_errors, self.outermost():
+        with self._store_errors, self.database_transaction():
             self._depth = 1
             self._transactions += 1
             if self.dialect.write_locked:
@@ -359,7 +325,7 @@ class SQLStore(Store[R], ABC):
         say "the schema is still as it was verified" (computed once per answer)."""
         self._probe_token = token
         self._guard_params = [
-            *self.dialect.catalogue_params(self.schema, token), *self._meta_params,
+            *self.dialect.catalogue_params(self.schema, token), *self.statements.meta_params,
         ]
 
     def _reading(self) -> AbstractContextManager[None]:
@@ -426,8 +392,7 @@ class SQLStore(Store[R], ABC):
         due)."""
         leasing = self._lease_statements()
         left_out, params = self.dialect.excluding(self._key, sorted(exclude))
-        where, order = leasing.due
-        rows = self._fetch(where + left_out + order, [now, *params, limit])
+        rows = self._fetch(excluding(leasing.due, left_out), [now, *params, limit])
         if leasing.bounded and len(rows) < limit:
             rows = self._beyond_the_walk(now, limit, left_out, params)
         return [self._decode(row) for row in rows]
@@ -446,8 +411,8 @@ class SQLStore(Store[R], ABC):
         leasing = self._lease_statements()
         if count is None:
             ((count,),) = self._fetch(leasing.count_due_capped, [now])
-        where, order = leasing.due_range if count <= SORTED_AT_MOST else leasing.due_walk_all
-        return self._fetch(where + left_out + order, [now, *params, limit])
+        query = leasing.due_range if count <= SORTED_AT_MOST else leasing.due_walk_all
+        return self._fetch(excluding(query, left_out), [now, *params, limit])
 
     def glance(self, now: float) -> lease_protocol.Glance[R] | None:
         """One statement outside any transaction, where the dialect :attr:`~Dialect.glances`
@@ -475,14 +440,13 @@ class SQLStore(Store[R], ABC):
         lease is live at ``now`` and whose token is one of ``tokens``, in claim order."""
         if not tokens:
             return []
-        where, order = self._lease_statements().live_under
-        marks = ", ".join(self.dialect.param for _ in tokens)
-        statement = f"{where}({marks}){order}"
+        self._lease_statements()  # NotLeasable for a lifecycle without a lease
+        statement = self.statements.live_leases_under(len(tokens))
         return [self._decode(row) for row in self._fetch(statement, [now, *sorted(tokens)])]
 
     def count_by_status(self) -> dict[str, int]:
         counts = {status.value: 0 for status in self.lifecycle.statuses}
-        for status, count in self._fetch(self._count_by_status, ()):
+        for status, count in self._fetch(self.statements.count_by_status, ()):
             counts[status] = int(count)
         return counts
 
@@ -501,7 +465,7 @@ class SQLStore(Store[R], ABC):
         # Keyset pages: streams without holding a transaction (or a cursor) open.
         after = ""
         at = self.schema.column_names.index(self.lifecycle.key_field)
-        while rows := self._fetch(self._page, (after, SCAN_PAGE)):
+        while rows := self._fetch(self.statements.page, (after, SCAN_PAGE)):
             for row in rows:
                 yield self._decode(row)
             after = rows[-1][at]
@@ -515,7 +479,7 @@ class SQLStore(Store[R], ABC):
             stored = self._encode(record, self.schema.column_names)
             try:
                 with self.statement_savepoint():
-                    inserted = self.change(self._insert, stored) == 1
+                    inserted = self.run_write(self.statements.insert, stored) == 1
             except StoreDamaged as error:
                 # change translated the driver's exception; its cause tells a duplicate.
                 if isinstance(error.__cause__, self.unique_violations):
@@ -544,10 +508,10 @@ class SQLStore(Store[R], ABC):
         """
         write = self._planned(before, after, row)
         if self._depth:
-            changed = self.change(write.statement, write.params)
+            changed = self.run_write(write.statement, write.params)
         else:
-            alone = self._updates[row][1]
-            changed = self.alone(alone, [*write.params, *self._guard_params])
+            outside = self._updates[row].outside
+            changed = self.run_write_committed(outside, [*write.params, *self._guard_params])
             if changed == 0:
                 self.check_schema()  # an altered schema is refused as such, not as a race
         if changed != 1:
@@ -563,8 +527,8 @@ class SQLStore(Store[R], ABC):
         planned = [self._planned(before, after, row) for before, after, row in writes]
         if self._locked is not None:
             planned = self._verified_under_lock(planned)
-        change = self.change
-        changed = [change(write.statement, write.params) for write in planned]
+        run_write = self.run_write
+        changed = [run_write(write.statement, write.params) for write in planned]
         for (_, after, _), write, count in zip(writes, planned, changed, strict=True):
             if count == 1:
                 self._wrote(after, write)
@@ -585,34 +549,31 @@ class SQLStore(Store[R], ABC):
             return planned  # one statement either way
         key_at = self._key_at
         keys = [stored[key_at] for _, stored in known]
-        marks = ", ".join(self.dialect.param for _ in keys)
-        current = {row[key_at]: row for row in self.run(
-            f"{self._select} WHERE {self._key} IN ({marks})", keys)}
+        current = {row[key_at]: row for row in self.run(self.statements.reread(len(keys)), keys)}
         checked = list(planned)
         for at, stored in known:
             if current.get(stored[key_at]) == tuple(stored):
                 write = planned[at]
                 checked[at] = write._replace(
-                    statement=self._keyed_updates[write.row],
+                    statement=self._updates[write.row].keyed,
                     params=[*write.written, stored[key_at]], keyed=True)
         return checked
 
     def _planned(self, before: R, after: R, row: Row) -> _Write:
         """The statement (for inside a transaction) and the parameters writing ``after``
         over ``before`` by ``row`` (see :meth:`put`)."""
-        in_transaction, _, fields = self._updates[row]
-        written = self._encode(after, fields)
+        update = self._updates[row]
+        written = self._encode(after, update.fields)
         known = self._as_stored.get(id(before))
         stored: Sequence[Any] | None = None
         if known is not None and known[0] is before:
             stored = known[1]
             if self._locked is not None and known[2] == self._locked:
-                keyed = self._keyed_updates[row]
                 key = stored[self._key_at]
-                return _Write(keyed, [*written, key], row, stored, written, keyed=True)
+                return _Write(update.keyed, [*written, key], row, stored, written, keyed=True)
         compared = (self._encode(before, self._compared) if stored is None else
                     [stored[at] for at in self._compared_at])
-        return _Write(in_transaction, [*written, *compared], row, stored, written)
+        return _Write(update.inside, [*written, *compared], row, stored, written)
 
     def _wrote(self, after: R, write: _Write) -> None:
         """``after`` is stored now: remember its column values where the write's record's
@@ -628,8 +589,6 @@ class SQLStore(Store[R], ABC):
 
     # -- health: every rule in one statement (lifecycles.stores.sql_rules) --------------
 
-    _health_queries: HealthQueries | None = None
-
     def health(self, now: float) -> Health:
         """The engine's integrity check, then every field rule and invariant on every
         stored record, the counts per status, the due and the expired records: one
@@ -640,10 +599,4 @@ class SQLStore(Store[R], ABC):
 
     def rule_queries(self) -> HealthQueries:
         """Every rule of the lifecycle in SQL, for this table (built once)."""
-        if self._health_queries is None:
-            decoded = {name for name, _ in self._decoders}
-            self._health_queries = HealthQueries(
-                self.lifecycle, self.schema, self.dialect,
-                frozenset(self.schema.column_names) - decoded,
-            )
-        return self._health_queries
+        return self.statements.health

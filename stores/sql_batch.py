@@ -44,9 +44,9 @@ from lifecycles.stores.sql_lease import expired_clause
 from lifecycles.stores.sql_rules import bind_inputs, input_marker
 
 if TYPE_CHECKING:
-    from lifecycles.stores.sql import SQLStore
     from lifecycles.stores.sql_dialect import Dialect
     from lifecycles.stores.sql_schema import SQLSchema
+    from lifecycles.stores.sql_statements import TableStatements
 
 __all__ = [
     "AT",
@@ -87,10 +87,10 @@ class InsertStatements:
     existing: str
 
     @classmethod
-    def build(cls, store: SQLStore[Any]) -> InsertStatements:
-        d, schema = store.dialect, store.schema
+    def build(cls, statements: TableStatements) -> InsertStatements:
+        d, schema = statements.dialect, statements.schema
         quote = d.quote
-        table, key = quote(schema.table), quote(store.lifecycle.key_field)
+        table, key = quote(schema.table), quote(statements.lifecycle.key_field)
         listed = ", ".join(map(quote, schema.column_names))
         # One staging table per table shape, in the session's own temporary schema (named
         # from a digest: it never shadows a table of the search path).
@@ -104,7 +104,7 @@ class InsertStatements:
             insert=(f"WITH staged AS (DELETE FROM {stage} RETURNING *)"
                     f" INSERT INTO {table} ({listed}) SELECT {listed} FROM staged"
                     f" ORDER BY {quote(AT)} ON CONFLICT DO NOTHING RETURNING {key}"),
-            existing=f"{store._select} WHERE {key} = ANY({d.param})",
+            existing=f"{statements.select} WHERE {key} = ANY({d.param})",
         )
 
 
@@ -120,10 +120,10 @@ class CompareAndSetStatements:
     types: tuple[str, ...]
 
     @classmethod
-    def build(cls, store: SQLStore[Any]) -> CompareAndSetStatements:
-        d, schema = store.dialect, store.schema
+    def build(cls, statements: TableStatements) -> CompareAndSetStatements:
+        d, schema = statements.dialect, statements.schema
         quote, p = d.quote, d.param
-        key = store.lifecycle.key_field
+        key = statements.lifecycle.key_field
         names = list(schema.column_names)
         kinds = {column.name: column.kind for column in schema.columns}
         types = tuple(array_type(d, kinds[name]) for name in names)
@@ -173,24 +173,25 @@ class ClaimStatements:
     form: ClaimForm
     shared: tuple[str, ...]
     per_grant: tuple[str, ...]
-    store: SQLStore[Any] = attrs.field(eq=False, repr=False)
+    statements: TableStatements = attrs.field(eq=False, repr=False)
 
     @classmethod
-    def build(cls, store: SQLStore[Any]) -> ClaimStatements | str:
-        """The batch claim of ``store``, or why there is none (as for one claim)."""
-        form = claim_form(store)
+    def build(cls, statements: TableStatements) -> ClaimStatements | str:
+        """The batch claim of a table's ``statements``, or why there is none (as for one
+        claim)."""
+        form = claim_form(statements)
         if isinstance(form, str):
             return form
-        _, shared = bind_inputs(form.picked, store.dialect.param)
-        _, assigned = bind_inputs(" ".join(form.assignments.values()), store.dialect.param)
+        _, shared = bind_inputs(form.picked, statements.dialect.param)
+        _, assigned = bind_inputs(" ".join(form.assignments.values()), statements.dialect.param)
         picks = {"now", *shared}  # the due time and the expiry read `now` too
         per_grant = tuple(dict.fromkeys(name for name in assigned if name not in picks))
-        return cls(form, tuple(sorted(picks)), per_grant, store)
+        return cls(form, tuple(sorted(picks)), per_grant, statements)
 
     def statement(self, types: Mapping[str, str]) -> BatchClaim:
         """The statement binding each per-grant input as an array of ``types[name]``."""
-        store, form = self.store, self.form
-        d, schema, lifecycle = store.dialect, store.schema, store.lifecycle
+        statements, form = self.statements, self.form
+        d, schema, lifecycle = statements.dialect, statements.schema, statements.lifecycle
         quote = d.quote
         table, key = quote(schema.table), quote(lifecycle.key_field)
         names = list(schema.column_names)

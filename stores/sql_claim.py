@@ -38,8 +38,8 @@ from lifecycles.stores.sql_lease import due_clause, expired_clause
 from lifecycles.stores.sql_rules import NoSQLForm, bind_inputs, input_marker, rules_in_sql
 
 if TYPE_CHECKING:
-    from lifecycles.stores.sql import SQLStore
     from lifecycles.stores.sql_dialect import Dialect
+    from lifecycles.stores.sql_statements import TableStatements
 
 __all__ = ["ClaimForm", "ClaimInPlace", "claim_form", "claim_in_place", "verdict"]
 
@@ -78,9 +78,9 @@ class ClaimForm:
     order: str
 
 
-def claim_form(store: SQLStore[Any]) -> ClaimForm | str:
-    """The claim of ``store`` in SQL (PostgreSQL), or why there is none."""
-    lifecycle, d = store.lifecycle, store.dialect
+def claim_form(statements: TableStatements) -> ClaimForm | str:
+    """The claim of a table's ``statements`` in SQL (PostgreSQL), or why there is none."""
+    lifecycle, d = statements.lifecycle, statements.dialect
     lease = lifecycle.lease
     if lease is None:
         return "no lease"
@@ -98,10 +98,11 @@ def claim_form(store: SQLStore[Any]) -> ClaimForm | str:
               for f in forms}
     if len(shapes) != 1:
         return "the claim rows decide or write differently"
-    health = store.rule_queries()
+    health = statements.health
     if health.python_only:
         return f"rules without an SQL form: {', '.join(health.python_only)}"
-    renderer = rules_in_sql(d, store.schema.columns, frozenset(store.schema.column_names))
+    schema = statements.schema
+    renderer = rules_in_sql(d, schema.columns, frozenset(schema.column_names))
     form = forms[0]
     try:
         guards = [renderer.render(condition) for condition in form.conditions]
@@ -127,18 +128,18 @@ def claim_form(store: SQLStore[Any]) -> ClaimForm | str:
                      ", ".join(map(d.quote, lease.order_by)))
 
 
-def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
-    """The claim statement of ``store`` (PostgreSQL), or why there is none."""
-    form = claim_form(store)
+def claim_in_place(statements: TableStatements) -> ClaimInPlace | str:
+    """The claim statement of a table's ``statements`` (PostgreSQL), or why there is none."""
+    form = claim_form(statements)
     if isinstance(form, str):
         return form
-    lifecycle, d = store.lifecycle, store.dialect
+    lifecycle, d, schema = statements.lifecycle, statements.dialect, statements.schema
     quote = d.quote
-    table, key = quote(store.schema.table), quote(lifecycle.key_field)
+    table, key = quote(schema.table), quote(lifecycle.key_field)
     now = input_marker("now")
-    columns = ", ".join(map(quote, store.schema.column_names))
-    meta, _ = d.meta_guard(store.schema)
-    schema_as_verified = d.catalogue_guard(store.schema) + (f" AND {meta}" if meta else "")
+    columns = ", ".join(map(quote, schema.column_names))
+    meta, _ = d.meta_guard(schema)
+    schema_as_verified = d.catalogue_guard(schema) + (f" AND {meta}" if meta else "")
 
     def holds(source: str, rules: str) -> str:
         """The rows of ``source``, the statement failing on one that breaks one of
@@ -159,7 +160,7 @@ def claim_in_place(store: SQLStore[Any]) -> ClaimInPlace | str:
         f" {holds('claimed', form.written_rules)} AS written"
     )
     sql, inputs = bind_inputs(statement, d.param)
-    return ClaimInPlace(numbered(sql, d.param), inputs, len(store.schema.column_names))
+    return ClaimInPlace(numbered(sql, d.param), inputs, len(schema.column_names))
 
 
 def verdict(d: Dialect, key: str, rules: str) -> str:

@@ -1,23 +1,72 @@
 """What differs between SQL databases, as text: the SQL store builds every statement
 from a :class:`Dialect`'s pieces and never writes a database's name
-(:mod:`lifecycles.stores.sqlite`, :mod:`lifecycles.stores.postgres` hold the two)."""
+(:mod:`lifecycles.stores.sqlite`, :mod:`lifecycles.stores.postgres` hold the two).
+
+The bottom of the SQL store's modules: a dialect renders a table it is shown
+(:class:`StoredTable`, which :class:`~lifecycles.stores.sql_schema.SQLSchema` is) and
+knows nothing of how the schema is derived, created or verified."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
+
+import attrs
 
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle
+from lifecycles.stores.base import SchemaMismatch
 from lifecycles.stores.codecs import as_is, from_json_or_none, json_or_none, plain
 
-if TYPE_CHECKING:
-    from lifecycles.stores.sql_schema import Column, SQLSchema
-
-__all__ = ["Codec", "Dialect"]
+__all__ = ["Codec", "Column", "Dialect", "MetaTable", "StoredTable"]
 
 Codec = Callable[[Any], Any]
+
+
+@attrs.frozen
+class Column:
+    """One column: its name and its kind (``text``, ``integer``, ``bigint``, ``real``,
+    ``boolean``, ``json`` for containers, ``other`` for any other hint); the dialect
+    turns the kind into a type name and a codec."""
+
+    name: str
+    kind: str
+
+
+class MetaTable(Protocol):
+    """What a dialect reads of a schema's meta table: its name, columns and rows."""
+
+    @property
+    def meta_table(self) -> str: ...
+
+    @property
+    def meta_columns(self) -> tuple[Column, ...]: ...
+
+    @property
+    def meta_rows(self) -> list[tuple[Any, ...]]: ...
+
+
+class StoredTable(Protocol):
+    """What a dialect reads of the table a lifecycle's records live in."""
+
+    @property
+    def lifecycle(self) -> Lifecycle[Any, Any]: ...
+
+    @property
+    def table(self) -> str: ...
+
+    @property
+    def columns(self) -> tuple[Column, ...]: ...
+
+    @property
+    def binding(self) -> MetaTable | None:
+        """The meta table binding the database to something, if the schema keeps one."""
+        ...
+
+    def mismatch(self, message: str) -> SchemaMismatch:
+        """``schema_altered``, under the schema's error prefix."""
+        ...
 
 
 class Dialect(ABC):
@@ -80,26 +129,26 @@ class Dialect(ABC):
         """A ``WHERE`` suffix leaving ``keys`` out, and its parameters."""
 
     @abstractmethod
-    def probe(self, schema: SQLSchema) -> tuple[str, tuple[Any, ...]]:
+    def probe(self, schema: StoredTable) -> tuple[str, tuple[Any, ...]]:
         """One cheap statement whose rows :meth:`read_probe` judges."""
 
     @abstractmethod
-    def read_probe(self, schema: SQLSchema, rows: list[tuple[Any, ...]]) -> object:
+    def read_probe(self, schema: StoredTable, rows: list[tuple[Any, ...]]) -> object:
         """Raise ``schema_altered`` when the probe shows a change; else a version token:
         when it differs from the last one, the store runs the whole check again."""
 
     @abstractmethod
-    def catalogue_guard(self, schema: SQLSchema) -> str:
+    def catalogue_guard(self, schema: StoredTable) -> str:
         """A condition that holds exactly while the probe would still answer the token
         :meth:`catalogue_params` binds and find the schema as verified: written into a
         statement that runs outside a transaction, so it changes nothing in an altered
         database."""
 
     @abstractmethod
-    def catalogue_params(self, schema: SQLSchema, token: object) -> list[Any]:
+    def catalogue_params(self, schema: StoredTable, token: object) -> list[Any]:
         """The parameters of :meth:`catalogue_guard` for the probe's last ``token``."""
 
-    def meta_guard(self, schema: SQLSchema) -> tuple[str, list[Any]]:
+    def meta_guard(self, schema: StoredTable) -> tuple[str, list[Any]]:
         """A condition that holds exactly while the meta table holds the binding's rows."""
         binding = schema.binding
         if binding is None:
@@ -122,7 +171,7 @@ class Dialect(ABC):
             return json_or_none, from_json_or_none
         return plain, as_is
 
-    def claim_order_index(self, schema: SQLSchema) -> str | None:
+    def claim_order_index(self, schema: StoredTable) -> str | None:
         """A partial index of the claimable records in claim order: a claim walks it to the
         first due record instead of sorting every due one (the lease-order index alone
         leaves a sort per claim). Its ``WHERE`` is the claim's own claimable clause, in
@@ -139,14 +188,14 @@ class Dialect(ABC):
             f" WHERE {self.claimable_clause(lifecycle)}"
         )
 
-    def create_table(self, schema: SQLSchema) -> str:
+    def create_table(self, schema: StoredTable) -> str:
         key = schema.lifecycle.key_field
         definitions = ", ".join(
             self.column_definition(column, column.name == key) for column in schema.columns
         )
         return f"CREATE TABLE IF NOT EXISTS {self.quote(schema.table)} ({definitions})"
 
-    def create_indexes(self, schema: SQLSchema) -> list[str]:
+    def create_indexes(self, schema: StoredTable) -> list[str]:
         """The lease-order index (status, due time, claim order) and the dialect's own."""
         lifecycle = schema.lifecycle
         if lifecycle.lease is None:
@@ -163,7 +212,7 @@ class Dialect(ABC):
         return [*statements, *([] if partial is None else [partial]),
                 self.lease_expiry_index(schema)]
 
-    def lease_expiry_index(self, schema: SQLSchema) -> str:
+    def lease_expiry_index(self, schema: StoredTable) -> str:
         """A partial index of the leased records by expiry: whether a lease has expired
         (asked before every claim) reads the first entry, however many leases are held,
         where the lease-order index would read every leased record. Its ``WHERE`` is the
@@ -184,7 +233,7 @@ class Dialect(ABC):
         statuses = ", ".join(map(self.literal, lease_protocol.claimable_statuses(lifecycle)))
         return f"{self.quote(lifecycle.status_field)} IN ({statuses})"
 
-    def due_range_hint(self, schema: SQLSchema) -> str:
+    def due_range_hint(self, schema: StoredTable) -> str:
         """Appended to the table in the due-time range query: the lease-order index, where
         the planner needs telling."""
         return ""

@@ -9,8 +9,8 @@ the first broken keys only when a rule is broken.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -21,15 +21,30 @@ from lifecycles.invariants.core import (
     field_rules,
 )
 from lifecycles.invariants.expressions import Attr
-
-if TYPE_CHECKING:
-    from lifecycles.machines.core import Lifecycle
-    from lifecycles.stores.sql import Dialect, SQLSchema, SQLStore
-
 from lifecycles.stores.sql_lease import due_clause, expired_clause
 from lifecycles.stores.sql_rules import BROKEN_ROWS_SHOWN, NoSQLForm, RuleSQL, rules_in_sql
 
-__all__ = ["Health", "HealthQueries"]
+if TYPE_CHECKING:
+    from lifecycles.machines.core import Lifecycle
+    from lifecycles.stores.sql_dialect import Dialect
+    from lifecycles.stores.sql_schema import SQLSchema
+
+__all__ = ["Checked", "Health", "HealthQueries"]
+
+
+class Checked(Protocol):
+    """What health asks of the store it checks, beside its statements' rows."""
+
+    @property
+    def schema(self) -> SQLSchema: ...
+
+    def integrity_problems(self, *, constraints: bool = True) -> list[str]:
+        """The storage engine's own check (with or without the table's constraints)."""
+        ...
+
+    def scan(self) -> Iterator[Any]:
+        """Every record, read as any read is: the first broken one raises."""
+        ...
 
 
 # --- health ----------------------------------------------------------------------------
@@ -93,6 +108,13 @@ _NOW = "\x00now\x00"
 class HealthQueries:
     """The health statements of one store's table, written once from its declarations."""
 
+    aggregate: str
+    """Every count health reports, in one statement."""
+    each_broken_row: str
+    """A statement with one row per stored row breaking some rule."""
+    field_rule_names: list[str]
+    """The field rules with an SQL form, in the order ``per_rule`` counts them."""
+
     def __init__(
         self, lifecycle: Lifecycle[Any, Any], schema: SQLSchema, dialect: Dialect,
         as_stored: frozenset[str],
@@ -144,73 +166,93 @@ class HealthQueries:
             return InvariantCheck(rule, None, str(why))
 
     def _build(self, schema: SQLSchema) -> None:
-        d, quote = self.dialect, self.dialect.quote
-        lifecycle = self.lifecycle
-        table = quote(schema.table)
-        status = quote(lifecycle.status_field)
+        """Every health statement of ``schema``'s table, in three steps: the aggregate
+        (every count, in one statement), then the two read only when some row is
+        broken (how many rows break each rule; the first broken rows)."""
         fields = [check for check in self.field_checks if check.sql is not None]
         invariants = [check for check in self.invariant_checks if check.sql is not None]
         self.row_fields = fields
         self.invariant_names = [c.invariant.name for c in invariants]
         verdicts = [f"({c.sql})" for c in fields] + [f"({c.sql})" for c in invariants]
-        every_rule = " AND ".join(verdicts) or "1 = 1"
-        self.every_rule = every_rule
+        self.every_rule = " AND ".join(verdicts) or "1 = 1"
         """Every rule with an SQL form, as one condition on a row's columns."""
-
-        def count_when(condition: str) -> str:
-            return f"sum(CASE WHEN {condition} THEN 1 ELSE 0 END)"
-
-        key = quote(lifecycle.key_field)
-        broken = f"(CASE WHEN {every_rule} THEN 0 ELSE 1 END) = 1"  # a NULL verdict breaks
-        self.each_broken_row = ""
-        """A statement with one row per stored row breaking some rule."""
+        self.statuses = [s.value for s in self.lifecycle.statuses]
+        self.leased = self.lifecycle.lease is not None
         self.rules_indexes: dict[str, str] = {}
         """The partial indexes of the rows breaking some rule, by name, with their
         conditions (none where the dialect keeps none): the engine evaluates the rules as
         any connection writes a row, and health reads the broken rows from the indexes
         instead of every rule of every row. A name carries a digest of its rules."""
-        statuses = [s.value for s in lifecycle.statuses]
-        self.statuses = statuses
-        lease = lifecycle.lease
-        self.leased = lease is not None
-        counted = [f"{status} = {d.literal(s)}" for s in statuses]
-        if lease is not None:
-            counted += [due_clause(d, lifecycle, _NOW), expired_clause(d, lifecycle, _NOW)]
-        if d.indexes_rules and verdicts:
-            for group in self._index_groups():
-                condition = f"(CASE WHEN {' AND '.join(group)} THEN 0 ELSE 1 END) = 1"
-                digest = hashlib.sha256(condition.encode()).hexdigest()[:12]
-                self.rules_indexes[f"{schema.table}_rules_{digest}"] = condition
-            # The planner matches a partial index's WHERE by its text; without the index
-            # the same statement scans, and gives the same answer. Rows go by the engine's
-            # own id: a key column another program wrote may hold NULLs or duplicates.
-            row_id = d.row_id
-            self.each_broken_row = " UNION ".join(
-                f"SELECT {row_id} FROM {table} WHERE {c}" for c in self.rules_indexes.values())
-            where_broken = (next(iter(self.rules_indexes.values()))
-                            if len(self.rules_indexes) == 1 else
-                            f"{row_id} IN ({self.each_broken_row})")
-            # 1. Each count from an index: the broken rows from the rules indexes, the
-            # rest from the lease-order index.
-            counts = [f"(SELECT count(*) FROM ({self.each_broken_row}) AS broken)"] + [
-                f"(SELECT count(*) FROM {table} WHERE {c})" for c in counted]
-            self.aggregate = f"SELECT (SELECT count(*) FROM {table}), {', '.join(counts)}"
+        if self.dialect.indexes_rules and verdicts:
+            where_broken = self._aggregate_from_rules_indexes(schema)
         else:
-            self.each_broken_row = f"SELECT 1 FROM {table} WHERE {broken}"
-            where_broken = broken
-            # 1. Every row, once: broken or not (every rule in one condition, which the
-            # engine evaluates with short cuts), the statuses, the due and the expired.
-            sums = [f"sum(CASE WHEN {every_rule} THEN 0 ELSE 1 END)"]
-            sums += [count_when(condition) for condition in counted]
-            self.aggregate = f"SELECT count(*), {', '.join(sums)} FROM {table}"
+            where_broken = self._aggregate_over_every_row(schema)
+        table, key = self.dialect.quote(schema.table), self.dialect.quote(self.lifecycle.key_field)
         self.create_rules_indexes = [
-            f"CREATE INDEX IF NOT EXISTS {quote(name)} ON {table} ({key}) WHERE {condition}"
+            f"CREATE INDEX IF NOT EXISTS {self.dialect.quote(name)} ON {table} ({key})"
+            f" WHERE {condition}"
             for name, condition in self.rules_indexes.items()
         ]
+        self.per_rule = self._rows_breaking_each_rule(schema, fields, invariants, where_broken)
+        self.broken_rows = self._first_broken_rows(schema, verdicts, where_broken)
+        # With parameters, psycopg reads any other % as a placeholder (the other two
+        # statements take none, and are sent as they are).
+        if "%" in self.dialect.param:
+            self.aggregate = self.aggregate.replace("%", "%%")
+        self.aggregate = self.aggregate.replace(_NOW, self.dialect.param)
 
-        # 2. Only when some row is broken: the rows breaking each rule. A field rule's
-        # verdict over its fields is computed once per row, in a subquery the planner
-        # keeps apart; an invariant counts the rows whose fields all hold.
+    def _counted(self) -> list[str]:
+        """The conditions the aggregate counts rows under: each status, then (leased
+        lifecycles) due and expired at ``_NOW``."""
+        d, lifecycle = self.dialect, self.lifecycle
+        status = d.quote(lifecycle.status_field)
+        counted = [f"{status} = {d.literal(s)}" for s in self.statuses]
+        if lifecycle.lease is not None:
+            counted += [due_clause(d, lifecycle, _NOW), expired_clause(d, lifecycle, _NOW)]
+        return counted
+
+    def _aggregate_from_rules_indexes(self, schema: SQLSchema) -> str:
+        """Where the dialect keeps rules indexes: each count from an index (the broken
+        rows from the rules indexes, the rest from the lease-order index). Sets the
+        indexes, ``each_broken_row`` and ``aggregate``; the condition of a broken row."""
+        d, table = self.dialect, self.dialect.quote(schema.table)
+        for group in self._index_groups():
+            condition = f"(CASE WHEN {' AND '.join(group)} THEN 0 ELSE 1 END) = 1"
+            digest = hashlib.sha256(condition.encode()).hexdigest()[:12]
+            self.rules_indexes[f"{schema.table}_rules_{digest}"] = condition
+        # The planner matches a partial index's WHERE by its text; without the index
+        # the same statement scans, and gives the same answer. Rows go by the engine's
+        # own id: a key column another program wrote may hold NULLs or duplicates.
+        row_id = d.row_id
+        self.each_broken_row = " UNION ".join(
+            f"SELECT {row_id} FROM {table} WHERE {c}" for c in self.rules_indexes.values())
+        counts = [f"(SELECT count(*) FROM ({self.each_broken_row}) AS broken)"] + [
+            f"(SELECT count(*) FROM {table} WHERE {c})" for c in self._counted()]
+        self.aggregate = f"SELECT (SELECT count(*) FROM {table}), {', '.join(counts)}"
+        if len(self.rules_indexes) == 1:
+            return next(iter(self.rules_indexes.values()))
+        return f"{row_id} IN ({self.each_broken_row})"
+
+    def _aggregate_over_every_row(self, schema: SQLSchema) -> str:
+        """Every row, once: broken or not (every rule in one condition, which the engine
+        evaluates with short cuts), the statuses, the due and the expired. Sets
+        ``each_broken_row`` and ``aggregate``; the condition of a broken row."""
+        table = self.dialect.quote(schema.table)
+        broken = f"(CASE WHEN {self.every_rule} THEN 0 ELSE 1 END) = 1"  # NULL breaks
+        self.each_broken_row = f"SELECT 1 FROM {table} WHERE {broken}"
+        sums = [f"sum(CASE WHEN {self.every_rule} THEN 0 ELSE 1 END)"]
+        sums += [f"sum(CASE WHEN {condition} THEN 1 ELSE 0 END)" for condition in self._counted()]
+        self.aggregate = f"SELECT count(*), {', '.join(sums)} FROM {table}"
+        return broken
+
+    def _rows_breaking_each_rule(
+        self, schema: SQLSchema, fields: list[FieldCheck], invariants: list[InvariantCheck],
+        where_broken: str,
+    ) -> str:
+        """How many rows break each rule, over the broken rows only. A field rule's
+        verdict over its fields is computed once per row, in a subquery the planner keeps
+        apart; an invariant counts the rows whose fields all hold."""
+        quote, table = self.dialect.quote, self.dialect.quote(schema.table)
         self.field_rule_names = list(dict.fromkeys(c.rule.name for c in fields))
         per_rule = [
             " AND ".join(f"({c.sql})" for c in fields if c.rule.name == name)
@@ -231,19 +273,17 @@ class HealthQueries:
             f"sum(CASE WHEN {fields_hold} THEN (CASE WHEN {c.sql} THEN 0 ELSE 1 END) ELSE 0 END)"
             for c in invariants
         ]
-        self.per_rule = f"SELECT {', '.join(rule_sums) or '0'} FROM ({inner}) AS checked"
+        return f"SELECT {', '.join(rule_sums) or '0'} FROM ({inner}) AS checked"
 
-        # 3. Only when some row is broken: the first broken rows, each rule's verdict.
+    def _first_broken_rows(self, schema: SQLSchema, verdicts: list[str], where_broken: str) -> str:
+        """The first broken rows' keys, with each rule's verdict."""
+        quote = self.dialect.quote
+        key, table = quote(self.lifecycle.key_field), quote(schema.table)
         verdict_columns = "".join(f", CASE WHEN {v} THEN 1 ELSE 0 END" for v in verdicts)
-        self.broken_rows = (
+        return (
             f"SELECT {key}{verdict_columns} FROM {table}"
             f" WHERE {where_broken} ORDER BY {key} LIMIT {BROKEN_ROWS_SHOWN}"
         )
-        # With parameters, psycopg reads any other % as a placeholder (the other two
-        # statements take none, and are sent as they are).
-        if "%" in d.param:
-            self.aggregate = self.aggregate.replace("%", "%%")
-        self.aggregate = self.aggregate.replace(_NOW, d.param)
 
     @staticmethod
     def _reads(check: FieldCheck | InvariantCheck) -> set[str]:
@@ -278,7 +318,7 @@ class HealthQueries:
             (changing if self._reads(check) & written else fixed).append(f"({check.sql})")
         return [group for group in (changing, fixed) if group]
 
-    def run(self, store: SQLStore[Any], fetch: Fetch, now: float) -> Health:
+    def run(self, store: Checked, fetch: Fetch, now: float) -> Health:
         """The storage engine's own check first; then every count in one statement, and
         only when some rule is broken the rows breaking each rule and the first broken
         rows. Rules without an SQL form here are checked first by reading every row in

@@ -21,7 +21,7 @@ from lifecycles.machines import lease as lease_protocol
 
 if TYPE_CHECKING:
     from lifecycles.machines.core import Lifecycle
-    from lifecycles.stores.sql import Dialect
+    from lifecycles.stores.sql_dialect import Dialect
     from lifecycles.stores.sql_schema import SQLSchema
 
 # Beyond a bounded walk, the due-time range is asked when at most this many records are
@@ -30,6 +30,13 @@ SORTED_AT_MOST = 256
 
 Query = tuple[str, str]
 """(where, order): a key exclusion goes between them; the order ends with a LIMIT marker."""
+
+
+def excluding(query: Query, left_out: str) -> str:
+    """``query`` as one statement, with ``left_out`` (the dialect's exclusion of some
+    keys, or nothing) between its condition and its order."""
+    where, order = query
+    return where + left_out + order
 
 
 def due_clause(d: Dialect, lifecycle: Lifecycle[Any, Any], now: str) -> str:

@@ -92,7 +92,7 @@ from lifecycles.invariants.expressions import (
 )
 
 if TYPE_CHECKING:
-    from lifecycles.stores.sql import Column, Dialect
+    from lifecycles.stores.sql_dialect import Column, Dialect
 
 __all__ = [
     "BROKEN_ROWS_SHOWN",

@@ -3,35 +3,21 @@
 :class:`SQLSchema` derives a table from the record class (one column per field, the
 key as primary key); a lifecycle that must keep an exact, pre-existing schema gives it
 a :class:`SchemaBinding` (its own DDL, migration and meta rows). Statements are the
-dialect's business (:mod:`lifecycles.stores.sql`); this module only says what must
-exist and checks that it does.
+dialect's business (:mod:`lifecycles.stores.sql_dialect`, below this module); this
+module only says what must exist and checks that it does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
-
-import attrs
+from typing import Any, Protocol
 
 from lifecycles.machines.core import Lifecycle
 from lifecycles.stores.base import SchemaMismatch
 from lifecycles.stores.codecs import STRUCTURED, field_origins
-
-if TYPE_CHECKING:
-    from lifecycles.stores.sql import Dialect
+from lifecycles.stores.sql_dialect import Column, Dialect
 
 # --- columns -------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Column:
-    """One column: its name and its kind (``text``, ``integer``, ``bigint``, ``real``,
-    ``boolean``, ``json`` for containers, ``other`` for any other hint); the dialect
-    turns the kind into a type name and a codec."""
-
-    name: str
-    kind: str
 
 
 def column_kind(origins: set[Any], integer_kind: str = "bigint") -> str:

@@ -53,6 +53,7 @@ from lifecycles.stores.base import (
     StoreUnavailable,
 )
 from lifecycles.stores.sql import Codec, Column, Dialect, SQLSchema, SQLStore, plain
+from lifecycles.stores.sql_dialect import StoredTable
 
 R = TypeVar("R")
 
@@ -171,10 +172,10 @@ class SQLiteDialect(Dialect):
         # the clause's text, so the partial claim-order index still matches it.
         return f"likelihood({clause}, 0.99)"
 
-    def due_range_hint(self, schema: SQLSchema) -> str:
+    def due_range_hint(self, schema: StoredTable) -> str:
         return f" INDEXED BY {self.quote(schema.table + '_due')}"
 
-    def probe(self, schema: SQLSchema) -> tuple[str, tuple[Any, ...]]:
+    def probe(self, schema: StoredTable) -> tuple[str, tuple[Any, ...]]:
         binding = schema.binding
         if binding is None:
             return "PRAGMA schema_version", ()
@@ -187,13 +188,13 @@ class SQLiteDialect(Dialect):
             (),
         )
 
-    def catalogue_guard(self, schema: SQLSchema) -> str:
+    def catalogue_guard(self, schema: StoredTable) -> str:
         return "(SELECT schema_version FROM pragma_schema_version) = ?"
 
-    def catalogue_params(self, schema: SQLSchema, token: object) -> list[Any]:
+    def catalogue_params(self, schema: StoredTable, token: object) -> list[Any]:
         return [token]
 
-    def read_probe(self, schema: SQLSchema, rows: list[tuple[Any, ...]]) -> object:
+    def read_probe(self, schema: StoredTable, rows: list[tuple[Any, ...]]) -> object:
         expected = schema.binding.meta_rows if schema.binding else [()]
         if [tuple(row[1:]) for row in rows] != expected:
             raise schema.mismatch("the meta row or capabilities binding changed")
@@ -229,11 +230,11 @@ class SQLiteStore(SQLStore[R]):
         super().__init__(lifecycle, connection, schema)
 
     @contextmanager
-    def outermost(self) -> Iterator[None]:
+    def database_transaction(self) -> Iterator[None]:
         connection = self.connection
         try:
             if connection.in_transaction:  # a closed connection raises here
-                raise self.nested()
+                raise self.transaction_nested_error()
             connection.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as error:
             self.raise_store_error(error)
@@ -271,14 +272,14 @@ class SQLiteStore(SQLStore[R]):
         name = getattr(error, "sqlite_errorname", None) or ""
         return name.startswith("SQLITE_IOERR")
 
-    def alone(self, statement: str, params: Sequence[Any]) -> int:
+    def run_write_committed(self, statement: str, params: Sequence[Any]) -> int:
         # SQLite runs a statement outside a transaction as a transaction of its own;
         # sqlite3 would open one implicitly before an UPDATE, so it is told not to, for
         # this statement only (no transaction is open: setting the level commits none).
         connection = self.connection
         try:
             if connection.in_transaction:  # a closed connection raises here
-                raise self.nested()
+                raise self.transaction_nested_error()
             level = connection.isolation_level
         except sqlite3.Error as error:
             self.raise_store_error(error)
@@ -299,7 +300,7 @@ class SQLiteStore(SQLStore[R]):
             self.raise_store_error(error)
         return rows
 
-    def change(self, statement: str, params: Sequence[Any]) -> int:
+    def run_write(self, statement: str, params: Sequence[Any]) -> int:
         implicit = False
         try:
             # Outside a store transaction sqlite3 opens one of its own before the write;

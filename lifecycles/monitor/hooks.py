@@ -63,6 +63,16 @@ def reading_schema(connection: Any) -> Any:
     return ReadingMonitorSchema(bound)
 
 
-HOOKS = AppHooks(MONITOR, inputs_now=monitor_inputs_now, reading_schema=reading_schema)
+def sql_schema() -> Any:
+    """The monitor's reference schema, for the SQL files beside the diagrams: the
+    capabilities hash a database is bound to travels as a parameter, so no statement's
+    text depends on it and any hash renders the same file."""
+    from lifecycles.monitor.schema import MonitorSchema
 
-__all__ = ["HOOKS", "monitor_inputs_now", "reading_schema"]
+    return MonitorSchema("0" * 64, MONITOR)
+
+
+HOOKS = AppHooks(MONITOR, inputs_now=monitor_inputs_now, reading_schema=reading_schema,
+                 sql_schema=sql_schema)
+
+__all__ = ["HOOKS", "monitor_inputs_now", "reading_schema", "sql_schema"]

@@ -47,6 +47,6 @@ def shown_now(now: float) -> str:
 
 
 HOOKS = AppHooks(OUTBOX, inputs_now=lambda now: outbox_inputs_now(shown_now(now)),
-                 shown_now=shown_now, files_layout=OUTBOX_LAYOUT)
+                 shown_now=shown_now, files_layout=OUTBOX_LAYOUT, kept_in_sql=False)
 
 __all__ = ["HOOKS", "outbox_inputs_now", "shown_now"]

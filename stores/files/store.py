@@ -27,10 +27,10 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import attrs
 
+import lifecycles.stores.files.quarantine as quarantine
 from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle, Row
 from lifecycles.stores.base import StaleRecord, Store, StoreError
-from lifecycles.stores.files import quarantine
 from lifecycles.stores.files.codec import RecordCodec, UntrustedRecord
 from lifecycles.stores.files.contract import FilesExtension, Listing
 from lifecycles.stores.files.fs import (

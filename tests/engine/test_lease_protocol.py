@@ -69,10 +69,10 @@ class Answers:
             self._depth -= 1
 
     def claim_in_place(self, inputs: Any) -> object:
-        return lease.UNSETTLED  # the protocol decides every claim in Python here
+        return lease.LEFT_TO_PROTOCOL  # the protocol decides every claim in Python here
 
     def claim_many_in_place(self, inputs_for: Any, limit: int) -> object:
-        return lease.UNSETTLED  # and every batch claim
+        return lease.LEFT_TO_PROTOCOL  # and every batch claim
 
     def glance(self, now: float) -> lease.Glance[Any] | None:
         if not self.glancing:

@@ -122,7 +122,7 @@ def test_a_postgresql_claim_asks_for_expired_leases_through_the_expiry_index() -
                 " 1e6 + g, g, g FROM generate_series(1, 30000) AS g"
             )
             connection.execute(f"VACUUM ANALYZE {TABLE}")
-            claim = claim_in_place(store)
+            claim = claim_in_place(store.statements)
             assert isinstance(claim, ClaimInPlace)
             inputs = {"now": 1e3, "worker_id": "w2", "lease_token": "t", "lease_seconds": 600.0}
             statements = [

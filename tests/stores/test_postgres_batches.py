@@ -431,7 +431,7 @@ def test_a_record_broken_behind_the_stores_back_is_refused_and_nothing_is_claime
     store.connection.execute(
         f"UPDATE {store.schema.table} SET worker_id = 'w9' WHERE task_id = 'task-1'")
     before = rows_of(store)
-    assert store.claim_many_in_place(task_inputs, 3) is lease.UNSETTLED
+    assert store.claim_many_in_place(task_inputs, 3) is lease.LEFT_TO_PROTOCOL
     assert rows_of(store) == before
     with pytest.raises(InvariantViolation) as refused:  # the protocol reads it: refused
         store.claim_many(task_inputs, 3)
@@ -449,7 +449,7 @@ def test_a_record_as_written_breaking_a_rule_is_never_committed(
     store.insert_many([task(0), task(1)])
     before = rows_of(store)
     assert store.claim_many_in_place(lambda n: task_inputs(n, worker="w 1"), 2) is (
-        lease.UNSETTLED)
+        lease.LEFT_TO_PROTOCOL)
     assert rows_of(store) == before
 
 
@@ -505,7 +505,7 @@ def test_grants_reading_different_clocks_are_left_to_the_protocol(
     store.insert_many([task(0), task(1)])
     before = rows_of(store)
     assert store.claim_many_in_place(
-        lambda n: attrs.evolve(task_inputs(n), now=NOW + n), 2) is lease.UNSETTLED
+        lambda n: attrs.evolve(task_inputs(n), now=NOW + n), 2) is lease.LEFT_TO_PROTOCOL
     assert rows_of(store) == before
 
 
@@ -519,7 +519,7 @@ def test_a_changed_binding_leases_nothing_and_is_refused() -> None:
         other.execute("UPDATE cms_source_terminal_processing_meta"
                       " SET expected_capabilities_sha256 = %s", ("e" * 64,))
         before = rows_of(store)
-        assert store.claim_many_in_place(monitor_inputs, 2) is lease.UNSETTLED
+        assert store.claim_many_in_place(monitor_inputs, 2) is lease.LEFT_TO_PROTOCOL
         assert rows_of(store) == before
         with pytest.raises(SchemaMismatch) as altered:
             store.claim_many(monitor_inputs, 2)

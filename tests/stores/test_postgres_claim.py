@@ -59,7 +59,7 @@ class Statements:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, store: PostgresStore[Any]) -> None:
         self.sent: list[str] = []
-        for name in ("run", "change"):
+        for name in ("run", "run_write"):
             original = getattr(store, name)
             monkeypatch.setattr(store, name, self._spy(original))
         raw_execute = psycopg.RawCursor.execute
@@ -138,7 +138,7 @@ def test_with_an_expired_lease_the_statement_leases_nothing(pg_connect: Connect)
     monitor.claim("w1", now=20, lease_seconds=10)
     before = rows_of(connection)
     inputs = MonitorInputs(now=40, policy=monitor.policy, worker_id="w2", lease_token="t2")
-    assert monitor.store.claim_in_place(inputs) is lease.UNSETTLED
+    assert monitor.store.claim_in_place(inputs) is lease.LEFT_TO_PROTOCOL
     assert rows_of(connection) == before
 
 
@@ -172,7 +172,7 @@ def test_a_record_as_written_breaking_a_rule_is_never_committed(pg_connect: Conn
     statement before it commits, and the protocol decides in Python."""
     connection = pg_connect()
     monitor = opened(connection, items=1)
-    plan = claim_in_place(monitor.store)
+    plan = claim_in_place(monitor.store.statements)
     assert not isinstance(plan, str)
     # The record as written is checked for the rules over the claim's fields only: the
     # identity's rules are judged once, on the record as it was.
@@ -181,7 +181,7 @@ def test_a_record_as_written_breaking_a_rule_is_never_committed(pg_connect: Conn
     assert '"lease_owner"' in written_rules and '"notification_sha256"' not in written_rules
     before = rows_of(connection)
     inputs = MonitorInputs(now=20, policy=monitor.policy, worker_id="w 1", lease_token="t1")
-    assert monitor.store.claim_in_place(inputs) is lease.UNSETTLED
+    assert monitor.store.claim_in_place(inputs) is lease.LEFT_TO_PROTOCOL
     assert rows_of(connection) == before
 
 
@@ -189,7 +189,7 @@ def test_the_statement_must_write_what_the_table_says(pg_connect: Connect) -> No
     connection = pg_connect()
     monitor = opened(connection, items=1)
     store = monitor.store
-    plan = claim_in_place(store)
+    plan = claim_in_place(store.statements)
     assert not isinstance(plan, str)
     # A statement counting two poll attempts where the table's effect counts one.
     tampered = plan.statement.replace('"poll_attempts" = ("poll_attempts" + 1)',
@@ -210,5 +210,5 @@ def test_a_changed_binding_leases_nothing_and_is_refused(pg_connect: Connect) ->
                   " SET expected_capabilities_sha256 = %s", ("e" * 64,))
     before = rows_of(connection)
     inputs = MonitorInputs(now=20, policy=monitor.policy, worker_id="w1", lease_token="t1")
-    assert monitor.store.claim_in_place(inputs) is lease.UNSETTLED
+    assert monitor.store.claim_in_place(inputs) is lease.LEFT_TO_PROTOCOL
     assert rows_of(connection) == before

@@ -151,7 +151,7 @@ def test_the_operations_listed_are_every_public_one() -> None:
 # are CHECK constraints here, not indexes; there is no glance, no engine check.
 WITHOUT_THE_SERVER = {"locate", "ensure_rules_indexes", "glance", "integrity_problems"}
 # Outside a transaction each of these sends a write that is its own commit.
-OWN_COMMITS = {"put", "put_many", "write", "fire", "alone", "claim", "claim_in_place",
+OWN_COMMITS = {"put", "put_many", "write", "fire", "run_write_committed", "claim", "claim_in_place",
                "claim_many_in_place", "claim_many"}
 
 

@@ -426,7 +426,7 @@ def test_statements_with_literal_percents_and_markers_run_as_psycopg_would(
         (5,),
     )
     assert rows == [("e0", 3), ("e1", 3), ("e2", 3)]
-    assert store.change(
+    assert store.run_write(
         "UPDATE cms_source_terminal_processing SET max_failures = %s WHERE event_id LIKE %s",
         (6, "e1%"),
     ) == 1

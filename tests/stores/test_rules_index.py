@@ -100,7 +100,7 @@ def test_no_row_of_the_table_writes_the_identity_rules_index(tmp_path: Path) -> 
         program = store.run(f"EXPLAIN {statement}", [None] * statement.count("?"))
         return {row[3] for row in program if row[1] == "OpenWrite"}
 
-    updates = {alone for _, alone, _ in store._updates.values()}
+    updates = {update.outside for update in store._updates.values()}
     assert len(updates) >= 2  # claims and completions write different fields
     for update in updates:
         assert page not in written_pages(update), update

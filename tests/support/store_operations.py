@@ -67,10 +67,12 @@ def operations(store: SQLStore[Any]) -> dict[str, Callable[[], Any]]:
         "leased_under": lambda: store.leased_under({"t0"}, 20.0),
         "integrity_problems": store.integrity_problems,
         "transaction": lambda: store.transaction().__enter__(),
-        "outermost": lambda: store.outermost().__enter__(),
-        "alone": lambda: store.alone(f"DELETE FROM {TABLE} WHERE event_id = {p}", ("none",)),
+        "database_transaction": lambda: store.database_transaction().__enter__(),
+        "run_write_committed": lambda: store.run_write_committed(
+            f"DELETE FROM {TABLE} WHERE event_id = {p}", ("none",)),
         "run": lambda: store.run(f"SELECT count(*) FROM {TABLE}"),
-        "change": lambda: store.change(f"DELETE FROM {TABLE} WHERE event_id = {p}", ("none",)),
+        "run_write": lambda: store.run_write(
+            f"DELETE FROM {TABLE} WHERE event_id = {p}", ("none",)),
         "columns_of": lambda: store.columns_of(store.schema.table),
         "tables_present": lambda: store.tables_present([store.schema.table]),
         "unique_column_sets": lambda: store.unique_column_sets(store.schema.table),
@@ -86,9 +88,9 @@ OPERATION_NAMES = (
     "count_due", "count_expired", "health", "claim", "claim_many", "claim_in_place",
     "claim_many_in_place", "insert_many",
     "recover_expired", "check_schema", "due", "next_due", "expired_leases", "glance",
-    "leased_under", "integrity_problems", "transaction", "outermost", "alone", "run",
-    "change", "columns_of", "tables_present", "unique_column_sets", "lock_schema", "locate",
-    "ensure_rules_indexes",
+    "leased_under", "integrity_problems", "transaction", "database_transaction",
+    "run_write_committed", "run", "run_write", "columns_of", "tables_present",
+    "unique_column_sets", "lock_schema", "locate", "ensure_rules_indexes",
 )
 
 
@@ -102,7 +104,7 @@ def _completion(leased: Any) -> tuple[Any, Any]:
 
 #: The methods of a SQL store that run no statement of their own.
 WITHOUT_STATEMENTS = frozenset({
-    "admit", "values_of", "token_of", "leasing", "rule_queries", "nested",
+    "admit", "values_of", "token_of", "leasing", "rule_queries", "transaction_nested_error",
     "statement_savepoint", "driver_error", "driver_errors", "autocommits",
     "raise_store_error", "unavailable", "commit_may_have_happened",
     "listen",  # on a connection of its own (PostgreSQL)

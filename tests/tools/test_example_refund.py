@@ -134,7 +134,7 @@ def test_a_claim_on_postgresql_is_one_statement_from_the_blocks() -> None:
         connection = connect_in(schema)
         try:
             store = PostgresStore(REFUND, connection)
-            assert isinstance(claim_in_place(store), ClaimInPlace)
+            assert isinstance(claim_in_place(store.statements), ClaimInPlace)
             store.insert(new_refund("rf-1", amount_cents=1250, currency="EUR", now=0.0))
             store.insert(new_refund("rf-2", amount_cents=99, currency="EUR", now=5.0))
             granted = store.claim_in_place(worker("w1", "t1", 6.0))
@@ -143,7 +143,8 @@ def test_a_claim_on_postgresql_is_one_statement_from_the_blocks() -> None:
                     granted.lease_expires_at) == ("rf-1", "leased", "t1", 66.0)
             assert store.get("rf-1") == granted
             nothing_due = worker("w1", "t2", 4.0)
-            assert store.claim_in_place(nothing_due) is lease.UNSETTLED  # the protocol decides
+            # The protocol decides.
+            assert store.claim_in_place(nothing_due) is lease.LEFT_TO_PROTOCOL
             assert store.claim(nothing_due) is None
         finally:
             connection.close()
