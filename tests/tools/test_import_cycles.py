@@ -36,12 +36,6 @@ PACKAGE_DIRS = {
     "lifecycles.invariants": ROOT / "invariants",
 }
 
-# TEMPORARY: the stores' own cycles (stores/sql*.py, stores/files) are being removed on
-# another branch. Cycles lying wholly inside lifecycles.stores are tolerated until it
-# merges; then delete this constant and its one use below. Nothing else is exempt.
-STORES_CYCLES_PENDING_ON_THE_STORES_BRANCH = "lifecycles.stores"
-
-
 def module_files() -> dict[str, Path]:
     """Every module of the package, by its installed dotted name."""
     modules: dict[str, Path] = {}
@@ -170,11 +164,6 @@ def one_loop(graph: dict[str, set[str]], group: list[str]) -> list[str]:
     raise AssertionError(f"{group} is not strongly connected")
 
 
-def _tolerated(group: list[str]) -> bool:
-    stores = STORES_CYCLES_PENDING_ON_THE_STORES_BRANCH
-    return all(module == stores or module.startswith(stores + ".") for module in group)
-
-
 def test_the_walk_sees_the_whole_package() -> None:
     files = module_files()
     for expected in (
@@ -206,6 +195,6 @@ def test_the_cycle_finder_finds_and_names_a_loop() -> None:
 
 def test_no_import_cycle() -> None:
     graph = import_graph()
-    cycles = [group for group in strongly_connected(graph) if not _tolerated(group)]
+    cycles = strongly_connected(graph)
     report = "\n".join(" -> ".join(one_loop(graph, group)) for group in cycles)
     assert not cycles, f"{len(cycles)} import cycle(s):\n{report}"
