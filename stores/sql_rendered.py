@@ -3,7 +3,7 @@
 Each block is ``-- name: <name>``, one comment line saying what the statement does, then
 the statement exactly as the store hands it to the driver, parameter markers included
 (``?`` for SQLite, ``%s`` or ``$n`` for PostgreSQL): procrastinate's ``queries.sql``
-layout, the one ``lifecycles/monitor_schema.sql`` keeps too. Nothing here writes SQL of
+layout, the one ``lifecycles/monitor/schema.sql`` keeps too. Nothing here writes SQL of
 its own: every statement comes from the builders the store runs
 (:class:`~lifecycles.stores.sql_statements.TableStatements`, the claim and batch
 builders, the schema's :meth:`~lifecycles.stores.sql_schema.SQLSchema.ensure`), so the

@@ -24,7 +24,7 @@ from support.store_operations import filled, operations
 
 from lifecycles.diagrams_sql import sql_files
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.monitor_schema import open_monitor_store
+from lifecycles.monitor.schema import open_monitor_store
 
 COMMITTED = Path(__file__).resolve().parents[2] / "diagrams"
 
@@ -134,7 +134,7 @@ _NOT_LISTED_POSTGRES = re.compile(
 def test_every_statement_a_postgres_store_runs_is_in_the_file() -> None:
     from support.postgres import connect_in, temporary_schema
 
-    from lifecycles.monitor_schema import MonitorSchema
+    from lifecycles.monitor.schema import MonitorSchema
     from lifecycles.stores.postgres import PostgresStore
 
     executed: list[str] = []
