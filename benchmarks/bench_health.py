@@ -38,8 +38,8 @@ from support.monitor import CAPABILITIES, LEASED, PENDING, RETRY_WAIT, T0, held
 from support.reference import load_reference
 
 import lifecycles.monitor as lifecycles_monitor
-from lifecycles.invariants.monitor import COLUMNS, MonitorRecord
-from lifecycles.machines.monitor import MONITOR, ReceiverAnswer, ReceiverStatus
+from lifecycles.invariants.monitor import COLUMNS, MonitorRecord, ReceiverStatus
+from lifecycles.machines.monitor import MONITOR, ReceiverAnswer
 
 reference = load_reference("terminal_processing_monitor")
 TABLE = "cms_source_terminal_processing"

@@ -2,12 +2,12 @@
 
     python benchmarks/bench_rules.py [--number N]
 
-Every read admits a stored row (field rules as the record is built, then every
+Every read makes a record of a stored row (built: its field rules; then checked: every
 invariant), every write checks the invariants: microseconds per record, the best of 7
 runs of N records each, on valid records in every status. Beside them, the reference's
 own row check (``_validated_row``, one boolean of about forty clauses) on the same rows,
 as a yardstick. No target: the rules' Python form must stay as fast as the hand-written
-predicates it replaced (measured when it did, same machine and records: admit 12.76 ->
+predicates it replaced (measured when it did, same machine and records: build + check 12.76 ->
 10.33 us, field rules 8.92 -> 8.66 us, invariants 2.99 -> 1.40 us). A store builds a
 record read with generated code (``Lifecycle.build``: the same conversions and field
 rules in the same order, without a call per validator); the class's own ``__init__``
@@ -44,7 +44,7 @@ ROWS = [
 ]
 
 
-def admit() -> None:
+def build_and_check() -> None:
     for values in ROWS:
         MONITOR_INVARIANTS.check(build_record(MONITOR.build, values, STATE_INVALID))
 
@@ -74,7 +74,7 @@ def main() -> int:
     parser.add_argument("--number", type=int, default=5_000, help="runs over the records")
     args = parser.parse_args()
     figures = {
-        "admit (build + invariants)": microseconds(admit, args.number),
+        "build + check (a read)": microseconds(build_and_check, args.number),
         "build (field rules)": microseconds(build, args.number),
         "  by the class's __init__": microseconds(build_by_the_class, args.number),
         "invariants": microseconds(check, args.number),

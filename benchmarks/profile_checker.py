@@ -36,8 +36,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from lifecycles.machines.coverage import Coverage
 from lifecycles.machines.exhaustive import explore
-from lifecycles.machines.exploration import Coverage, Exploration, _Fired
+from lifecycles.machines.exploration import Exploration, _Fired
 from lifecycles.machines.memo import Repeats
 from lifecycles.machines.monitor.inputs import monitor_exploration
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import attrs
 
+from lifecycles.invariants.monitor import RESPONSE_INVALID, MonitorRecord
 from lifecycles.machines.monitor import (
-    RESPONSE_INVALID,
     FireMonitor,
     MonitorInputs,
-    MonitorRecord,
     ReceiverAnswer,
     trigger_for_answer,
 )

@@ -479,7 +479,6 @@ __all__ = [
     "PlacedRecord",
     "attempt_unanswered",
     "bounded_json",
-    "canonical_json",
     "describe",
     "entry_id_for",
     "intent_digest",

@@ -110,7 +110,8 @@ from lifecycles.loading import (
     where,
 )
 from lifecycles.machines.checks import DEFINITION_CHECKS
-from lifecycles.machines.core import DefinitionError, Lifecycle
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import DefinitionError
 from lifecycles.machines.exhaustive import explore
 from lifecycles.machines.exploration import Exploration, ExplorationResult, Violation, replay
 from lifecycles.machines.findings import search_findings
@@ -491,18 +492,18 @@ def parse_bound(text: str) -> tuple[str, tuple[int, int]]:
 def rebound(chosen: list[Target], bounds: Sequence[str]) -> list[Target]:
     """``chosen`` with each ``--bound`` applied to the explorations that declare it (a
     rebound exploration writes no replay file: the declared one would not replay it)."""
-    wanted = dict(parse_bound(text) for text in bounds)
-    if not wanted:
+    requested = dict(parse_bound(text) for text in bounds)
+    if not requested:
         return chosen
     declared = {name for t in chosen if t.exploration for name in t.exploration.tunable}
-    unknown = sorted(set(wanted) - declared)
+    unknown = sorted(set(requested) - declared)
     if unknown:
         raise CheckerError("bound_invalid", f"no lifecycle checked declares the bound(s) "
                            f"{unknown}; declared: {sorted(declared) or 'none'}")
     widened = []
     for target in chosen:
         exploration = target.exploration
-        mine = {k: v for k, v in wanted.items() if exploration and k in exploration.tunable}
+        mine = {k: v for k, v in requested.items() if exploration and k in exploration.tunable}
         if exploration is None or not mine:
             widened.append(target)
             continue

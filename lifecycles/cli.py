@@ -125,7 +125,7 @@ def _stand_in(subparsers: Any, command: str, error: Exception) -> None:
 
     def report_import_failure(args: argparse.Namespace) -> int:
         from lifecycles.loading import import_failure
-        from lifecycles.machines.core import DefinitionError
+        from lifecycles.machines.declaration import DefinitionError
 
         if not isinstance(error, DefinitionError):
             raise error

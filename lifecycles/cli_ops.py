@@ -347,7 +347,7 @@ class Opened:
 def _reading_schema(lifecycle: AnyLifecycle, connection: Any) -> Any:
     """The schema of the lifecycle's table, which opening only verifies: the table and its
     indexes are never created (an app's own, as its hooks declare, else the table's)."""
-    from lifecycles.stores.sql import SQLSchema
+    from lifecycles.stores.sql_schema import SQLSchema
 
     declared = hooks_of(lifecycle).reading_schema
     if declared is not None:

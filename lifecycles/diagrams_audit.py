@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 from lifecycles.diagrams_markdown import cell, plain, table_entries, table_row, table_section
 from lifecycles.loading import declared_beside
 from lifecycles.machines.audit import FiredBy, PublicErrors, RecordedCodes
-from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row
 from lifecycles.machines.graph import statuses_in_flow_order
 
 AnyLifecycle = Lifecycle[Any, Any]

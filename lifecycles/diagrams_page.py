@@ -25,7 +25,8 @@ from lifecycles.diagrams_markdown import (
 )
 from lifecycles.invariants.core import FieldRule, field_rules
 from lifecycles.machines.blocks import source_of
-from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row
 from lifecycles.machines.exploration import Exploration
 from lifecycles.machines.graph import shortest_paths, statuses_in_flow_order, statuses_reaching
 

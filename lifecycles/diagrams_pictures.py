@@ -46,7 +46,8 @@ from typing import Any
 import attrs
 from transitions.extensions import GraphMachine
 
-from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row
 from lifecycles.machines.graph import (
     edges_by_source,
     rows_in_machine_order,

@@ -27,7 +27,8 @@ from lifecycles.app_hooks import hooks_of
 from lifecycles.diagrams_pictures import mermaid
 from lifecycles.invariants.core import field_rules
 from lifecycles.loading import CheckerError, at, declared_exploration, one_line, where
-from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row, TransitionRefused
 
 AnyLifecycle = Lifecycle[Any, Any]
 

@@ -26,7 +26,8 @@ import lifecycles.machines
 import lifecycles.machines.checks
 import lifecycles.machines.core
 import lifecycles.stores
-from lifecycles.machines.core import DefinitionError, Lifecycle
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import DefinitionError
 from lifecycles.machines.exploration import Exploration
 from lifecycles.machines.interleaving import Workers
 from lifecycles.registry import import_target as registry_import_target

@@ -40,7 +40,8 @@ from typing import Any, Literal
 import attrs
 
 from lifecycles.loading import CheckerError, display, import_failure, import_target
-from lifecycles.machines.core import DefinitionError, Lifecycle
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import DefinitionError
 from lifecycles.registry import lifecycles_in, registered
 
 AnyLifecycle = Lifecycle[Any, Any]

@@ -21,7 +21,7 @@ def registered() -> dict[str, Lifecycle[Any, Any]]:
     """Every shipped lifecycle, keyed by name, in a stable order.
 
     A shipped declaration that is invalid raises its
-    :class:`~lifecycles.machines.core.DefinitionError`;
+    :class:`~lifecycles.machines.declaration.DefinitionError`;
     :func:`lifecycles.project.installed` reports it as ``check`` and ``diagrams`` report a
     ``--module`` of the user's.
     """

@@ -68,7 +68,7 @@ import attrs
 
 from lifecycles.invariants.core import Invariant, StepInvariant
 from lifecycles.invariants.expressions import Attr, Expr, all_of, python_function
-from lifecycles.machines.core import DefinitionError, Effect, Guard, Lease
+from lifecycles.machines.declaration import DefinitionError, Effect, Guard, Lease
 
 __all__ = [
     "Backoff", "InputNames", "Leasing", "Retry", "WorkInputs", "named_in", "source_of",
@@ -284,7 +284,7 @@ class Leasing:
 
     ``claim`` and ``expiry`` are the table's claiming and rescuing triggers, and
     ``order_by`` the claim order: :attr:`lease` is the lifecycle's
-    :class:`~lifecycles.machines.core.Lease`. ``codes`` prefixes the refusal codes
+    :class:`~lifecycles.machines.declaration.Lease`. ``codes`` prefixes the refusal codes
     (``<codes>not_due``, ``lease_lost``, ``lease_expired``, ``lease_live``); ``updated``,
     when given, is a field every effect sets to now; ``status`` the status field.
     """

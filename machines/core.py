@@ -19,21 +19,15 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lifecycles.invariants.core import InvariantSet
-from lifecycles.machines.builders import builder, evolver
+from lifecycles.machines.builders import builder
 from lifecycles.machines.checks import run_definition_checks
 from lifecycles.machines.declaration import (
-    Changes,
-    DefinitionError,
     Effect,
-    EffectContractError,
     Guard,
     Lease,
-    LifecycleError,
     Row,
     TransitionRefused,
-    effect,
     expand_table,
-    guard,
 )
 from lifecycles.machines.engine import Engine
 from lifecycles.machines.versioning import table_version as _table_version
@@ -42,9 +36,7 @@ if TYPE_CHECKING:
     from lifecycles.machines.work import Handling
 
 __all__ = [
-    "Changes", "DefinitionError", "Effect", "EffectContractError", "Guard", "Lease",
-    "Lifecycle", "LifecycleError", "Row", "TransitionRefused", "builder", "effect", "evolver",
-    "guard",
+    "Lifecycle",
 ]
 
 R = TypeVar("R")
@@ -162,7 +154,8 @@ class Lifecycle(Engine[R, I]):
         return str(getattr(record, self.key_field))
 
     def create(self, record: R) -> R:
-        """Admit a freshly built record: it must hold the initial status and every invariant."""
+        """A new record entering the lifecycle: built at the initial status, then checked
+        (every invariant)."""
         if self.status_of(record) != self.initial:
             raise TransitionRefused(
                 self.creation, str(self.status_of(record)), guard=None, code=self.not_allowed_code

@@ -8,7 +8,8 @@ from typing import Any
 
 import attrs
 
-from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row
 
 
 @attrs.define
@@ -47,12 +48,12 @@ class Coverage:
             plan = self._plans[key] = tuple(
                 (self.guard_outcomes.setdefault(name, {True: 0, False: 0}), test)
                 for name, test, _ in lifecycle.guard_plan(*key).checks)
-        told = 1  # the outcomes as bits after a leading 1 (GuardPlan): an int, no list
+        outcomes = 1  # the outcomes as bits after a leading 1 (GuardPlan): an int, no list
         for counts, test in plan:
             outcome = bool(test(record, inputs))
             counts[outcome] += 1
-            told += told + outcome
-        return told
+            outcomes += outcomes + outcome
+        return outcomes
 
     def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None:
         if lifecycle is self.lifecycle:

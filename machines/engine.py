@@ -61,13 +61,14 @@ class GuardPlan(NamedTuple):
     """One (trigger, status), compiled once: the machine's candidate rows, each with the guard
     tests that must give their targets (True for conditions, False for unless), which
     select_row runs; all those guards in table order as (name, test, target), which coverage
-    evaluates and blocking_guard reads; as bits, ``wanted`` their targets and ``spans``
-    each candidate's (shift, mask, targets), to read outcomes an observer returned."""
+    evaluates and blocking_guard reads; as bits, ``targets`` their targets and
+    ``row_slices`` each candidate's (shift, mask, targets), to read the outcomes an observer
+    returned."""
 
     candidates: tuple[Candidate, ...]
     checks: tuple[tuple[str, Callable[[Any, Any], object], bool], ...]
-    spans: tuple[tuple[Row, int, int, int], ...]
-    wanted: int
+    row_slices: tuple[tuple[Row, int, int, int], ...]
+    targets: int
 
 
 class _Adapter:
@@ -136,18 +137,18 @@ class Engine(Generic[R, I]):
         once per (trigger, status): the first row whose conditions hold, as ``Event.trigger``
         decides (:meth:`select_row_by_trigger`), without its event objects and debug logs;
         on the outcomes an observer returned, when one evaluated them all (coverage)."""
-        told = None
+        outcomes = None  # the guards' outcomes as bits, when an observer evaluated them all
         for observer in self._observers:  # None: it evaluated no guard
-            told = observer.attempted(_lifecycle(self), trigger, record, inputs) or told
+            outcomes = observer.attempted(_lifecycle(self), trigger, record, inputs) or outcomes
         status = str(getattr(record, self.status_field))
         plan = self._dispatch.get((trigger, status)) or self.guard_plan(trigger, status)
         if not plan.candidates:
             raise TransitionRefused(trigger, status, guard=None, code=self.not_allowed_code)
-        if told is not None and told >> len(plan.checks) == 1:  # as many as the plan's
-            for row, shift, mask, wanted in plan.spans:  # the candidates' checks, told
-                if (told >> shift) & mask == wanted:
+        if outcomes is not None and outcomes >> len(plan.checks) == 1:  # one a plan's check
+            for row, shift, mask, targets in plan.row_slices:  # each candidate's outcomes
+                if (outcomes >> shift) & mask == targets:
                     return row
-            wrong = told ^ plan.wanted  # the first guard blocking, as blocking_guard finds it
+            wrong = outcomes ^ plan.targets  # the first guard blocking, as blocking_guard finds
             raise self._refused(trigger, status, plan.checks[len(plan.checks)
                                                              - wrong.bit_length()][0])
         for row, checks in plan.candidates:
@@ -170,13 +171,13 @@ class Engine(Generic[R, I]):
                 for transition in (event.transitions.get(status, ()) if event else ()))
             checks = tuple((name, *check) for row, tests in candidates for name, check in
                            zip((*row.conditions, *row.unless), tests, strict=True))
-            spans, at = [], len(checks)  # the machine lists a row's conditions, then unless
+            row_slices, at = [], len(checks)  # a row's conditions, then its unless
             for row, tests in candidates:
                 at -= len(tests)
-                spans.append((row, at, (1 << len(tests)) - 1,  # outcomes as bits, first highest
-                              int("0" + "".join("01"[target] for _, target in tests), 2)))
+                row_slices.append((row, at, (1 << len(tests)) - 1,  # as bits, first highest
+                                   int("0" + "".join("01"[target] for _, target in tests), 2)))
             plan = self._dispatch[trigger, status] = GuardPlan(candidates, checks, tuple(
-                spans), int("1" + "".join("01"[target] for *_, target in checks), 2))
+                row_slices), int("1" + "".join("01"[target] for *_, target in checks), 2))
         return plan
 
     def _refused(self, trigger: str, status: str, blocking: str | None) -> TransitionRefused:

@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 import attrs
 
 from lifecycles.invariants.core import InvariantViolation
-from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
+from lifecycles.machines.core import Lifecycle
 from lifecycles.machines.coverage import Coverage as Coverage  # defined there, read from here
+from lifecycles.machines.declaration import Row, TransitionRefused
 from lifecycles.machines.graph import trace_back
 from lifecycles.machines.memo import Repeats
 

@@ -57,7 +57,8 @@ import attrs
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines import exploration as search
 from lifecycles.machines import lease
-from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row, TransitionRefused
 from lifecycles.machines.work import Result, Step
 from lifecycles.stores.memory import MemoryStore
 

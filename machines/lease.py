@@ -1,6 +1,6 @@
 """The lease protocol: which records to rescue, which to claim, what to do when refused.
 
-A lifecycle that declares a :class:`~lifecycles.machines.core.Lease` hands its
+A lifecycle that declares a :class:`~lifecycles.machines.declaration.Lease` hands its
 records to workers. The protocol is decided here, without I/O, by pure functions
 over what a store answers; stores only answer queries (:class:`LeasingStore`, the
 one contract: "the first due records in claim order, passing over these keys", "the
@@ -21,9 +21,9 @@ One claim, in one store transaction:
    spent), it is passed over and the next due record is asked for: a refused
    candidate never blocks the records behind it, and is never written.
 
-Properties (checked by tests/engine/test_lease_protocol.py and, on every store, by the
-conformance suite; exploring them with several interleaved workers is the checker's
-next step):
+Properties (checked by tests/engine/test_lease_protocol.py, on every store by the
+conformance suite, and with several interleaved workers by the checker,
+:mod:`lifecycles.machines.interleaving`):
 
 * **At most one live lease per record.** Only a claimable record is claimed, and
   the leased status is not claimable; a record leaves the leased status only by a
@@ -57,7 +57,8 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 import attrs
 
 from lifecycles.invariants.core import InvariantViolation
-from lifecycles.machines.core import Lease, Lifecycle, LifecycleError, Row, TransitionRefused
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Lease, LifecycleError, Row, TransitionRefused
 
 R = TypeVar("R")
 
@@ -414,8 +415,8 @@ def claim_in_transaction(
         while len(granted) < limit:
             # One query for as many candidates as are wanted: a batch costs one walk of
             # the claim order, not one per record; its grants are written together.
-            wanted = limit - len(granted)
-            candidates = store.due(first.now, wanted, passed_over)
+            still_wanted = limit - len(granted)
+            candidates = store.due(first.now, still_wanted, passed_over)
             grants: list[Grant] = []
             for candidate in candidates:
                 decision = decide_claim(lifecycle, candidate, inputs)
@@ -433,7 +434,7 @@ def claim_in_transaction(
                 if on_lease is not None:
                     on_lease(grant.after)
                 granted.append(grant.after)
-            if len(candidates) < wanted:
+            if len(candidates) < still_wanted:
                 break  # nothing more is due
     if rescues and on_rescue is not None:  # committed: told once, never rolled back
         on_rescue(rescues)

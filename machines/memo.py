@@ -20,7 +20,8 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from lifecycles.machines.core import Lifecycle, Row
+    from lifecycles.machines.core import Lifecycle
+    from lifecycles.machines.declaration import Row
 
 R = TypeVar("R")
 V = TypeVar("V")

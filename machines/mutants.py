@@ -31,7 +31,8 @@ from typing import Any
 import attrs
 
 from lifecycles.invariants.core import InvariantSet
-from lifecycles.machines.core import DefinitionError, Lifecycle
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import DefinitionError
 
 __all__ = ["KINDS", "EquivalentMutant", "Mutant", "mutants", "redeclared", "without_rule"]
 

@@ -37,8 +37,8 @@ from typing import Any, TypeVar
 import attrs
 
 from lifecycles.machines import exploration as _exploration
+from lifecycles.machines.coverage import Coverage
 from lifecycles.machines.exploration import (
-    Coverage,
     Exploration,
     ExplorationResult,
     Graph,

@@ -28,7 +28,8 @@ from typing import Any
 import attrs
 
 from lifecycles.invariants.expressions import Const, Expr, Fields, Inputs, Not, lift
-from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row
 
 __all__ = ["NoSymbolicForm", "SymbolicRow", "symbolic_row"]
 

@@ -58,7 +58,8 @@ import attrs
 from lifecycles import observe
 from lifecycles.invariants.core import InvariantViolation, build_record
 from lifecycles.machines import lease as lease_protocol
-from lifecycles.machines.core import Lease, Lifecycle, LifecycleError, Row
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Lease, LifecycleError, Row
 from lifecycles.machines.lease import LeaseDefaults, LeasingStore, LostRace, NotLeasable
 
 R = TypeVar("R")
@@ -251,8 +252,9 @@ class Store(ABC, LeaseDefaults[R]):
 
     # -- written once on the primitives -------------------------------------------
 
-    def admit(self, values: Mapping[str, Any]) -> R:
-        """Turn stored values into a record: field rules, then every invariant.
+    def record_from(self, values: Mapping[str, Any]) -> R:
+        """The record stored ``values`` make: built (its field rules), then checked (every
+        invariant), as every record is made valid.
 
         A violation names the stored record's key, so an operator can find the row.
         """

@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from lifecycles.machines import lease
-from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row
 from lifecycles.stores.base import StaleRecord, Store
 
 R = TypeVar("R")

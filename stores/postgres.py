@@ -65,7 +65,8 @@ from psycopg.rows import tuple_row
 import lifecycles.stores.postgres_batch as postgres_batch
 import lifecycles.stores.postgres_notify as postgres_notify
 from lifecycles.machines import lease as lease_protocol
-from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row, TransitionRefused
 from lifecycles.stores.base import (
     CommitUncertain,
     SchemaMismatch,
@@ -76,8 +77,8 @@ from lifecycles.stores.base import (
     UniqueViolation,
 )
 from lifecycles.stores.postgres_dialect import PostgresDialect
-from lifecycles.stores.sql import SQLSchema
 from lifecycles.stores.sql_claim import ClaimInPlace, claim_in_place
+from lifecycles.stores.sql_schema import SQLSchema
 
 R = TypeVar("R")
 
@@ -86,10 +87,8 @@ TUPLES_OK = ExecStatus.TUPLES_OK
 
 __all__ = [
     "CommitUncertain",
-    "PostgresDialect",
     "PostgresStore",
     "SchemaMismatch",
-    "StoreUnavailable",
     "TransactionNested",
     "connect",
 ]

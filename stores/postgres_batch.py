@@ -35,7 +35,7 @@ from psycopg.types.array import ListBinaryDumper
 
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines import lease as lease_protocol
-from lifecycles.machines.core import Row, TransitionRefused
+from lifecycles.machines.declaration import Row, TransitionRefused
 from lifecycles.stores.base import StoreDamaged, UniqueViolation
 from lifecycles.stores.sql import SQLStore
 from lifecycles.stores.sql_batch import (

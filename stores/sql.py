@@ -41,7 +41,8 @@ from types import TracebackType
 from typing import Any, ClassVar, NamedTuple, NoReturn, TypeVar
 
 from lifecycles.machines import lease as lease_protocol
-from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row
 from lifecycles.stores.base import (
     CommitUncertain,
     StaleRecord,
@@ -52,12 +53,11 @@ from lifecycles.stores.base import (
     TransactionNested,
     UniqueViolation,
 )
-from lifecycles.stores.codecs import as_is, fields_encoder, plain
-from lifecycles.stores.sql_dialect import Codec, Column, Dialect
+from lifecycles.stores.codecs import as_is, fields_encoder
+from lifecycles.stores.sql_dialect import Dialect
 from lifecycles.stores.sql_health import Health, HealthQueries
 from lifecycles.stores.sql_lease import SORTED_AT_MOST, LeaseStatements, excluding
 from lifecycles.stores.sql_schema import (
-    Catalogue,
     SchemaBinding,
     SQLSchema,
     column_kind,
@@ -66,10 +66,7 @@ from lifecycles.stores.sql_statements import TableStatements
 
 R = TypeVar("R")
 
-__all__ = [
-    "SCAN_PAGE", "Catalogue", "Codec", "Column", "Dialect", "SQLSchema", "SQLStore",
-    "SchemaBinding", "column_kind", "plain",
-]
+__all__ = ["SCAN_PAGE", "SQLStore", "SchemaBinding", "column_kind"]
 
 # How many records one page of :meth:`SQLStore.scan` reads.
 SCAN_PAGE = 500
@@ -354,7 +351,7 @@ class SQLStore(Store[R], ABC):
         values = dict(zip(self.schema.column_names, row, strict=True))
         for name, decode in self._decoders:
             values[name] = decode(values[name])
-        record = self.admit(values)
+        record = self.record_from(values)
         self._remember(record, row)
         return record
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.machines.core import Row
+from lifecycles.machines.declaration import Row
 from lifecycles.stores.sql_batch import ClaimStatements, CompareAndSetStatements, InsertStatements
 from lifecycles.stores.sql_claim import claim_in_place
 from lifecycles.stores.sql_dialect import Dialect

@@ -13,7 +13,8 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
-from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row
 from lifecycles.stores.codecs import as_is
 from lifecycles.stores.sql_dialect import Dialect
 from lifecycles.stores.sql_health import HealthQueries

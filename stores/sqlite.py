@@ -52,8 +52,10 @@ from lifecycles.stores.base import (
     StoreError,
     StoreUnavailable,
 )
-from lifecycles.stores.sql import Codec, Column, Dialect, SQLSchema, SQLStore, plain
-from lifecycles.stores.sql_dialect import StoredTable
+from lifecycles.stores.codecs import plain
+from lifecycles.stores.sql import SQLStore
+from lifecycles.stores.sql_dialect import Codec, Column, Dialect, StoredTable
+from lifecycles.stores.sql_schema import SQLSchema
 
 R = TypeVar("R")
 

@@ -6,7 +6,7 @@ each code belongs to one family (input, state, lease, storage) that callers may 
 Engine and store errors become these at the facade's edge (:func:`public_errors`).
 
 One ``except`` serves a worker loop: every refusal is also a
-:class:`~lifecycles.machines.core.LifecycleError` (as every store error is), and
+:class:`~lifecycles.machines.declaration.LifecycleError` (as every store error is), and
 ``database_unreachable`` is a :class:`DatabaseUnreachable`, which is also a
 :class:`~lifecycles.stores.base.StoreUnavailable`, the error
 ``lifecycles.stores.postgres.connect`` and ``lifecycles.stores.sqlite.connect`` raise.
@@ -33,7 +33,7 @@ from lifecycles.invariants.monitor import (
     worker_id_rule,
 )
 from lifecycles.machines.audit import PublicError, PublicErrors
-from lifecycles.machines.core import LifecycleError, TransitionRefused
+from lifecycles.machines.declaration import LifecycleError, TransitionRefused
 from lifecycles.machines.lease import LostRace
 from lifecycles.machines.monitor import CODE, MONITOR
 from lifecycles.stores.base import Store, StoreError, StoreUnavailable, UniqueViolation
@@ -48,7 +48,7 @@ class TerminalProcessingMonitorBlocked(RuntimeError, LifecycleError):
     Raised errors are instances of a family subclass (``InputInvalid``,
     ``StateInvalid``, ``LeaseLost``, ``StorageBlocked``) so callers can also catch
     a family; :func:`blocked` maps a code to its family. A ``RuntimeError`` as in the
-    reference, and a :class:`~lifecycles.machines.core.LifecycleError` like every
+    reference, and a :class:`~lifecycles.machines.declaration.LifecycleError` like every
     error of lifecycles.
     """
 

@@ -61,12 +61,12 @@ from lifecycles.invariants.monitor import (
 from lifecycles.invariants.monitor_messages import (
     NOTIFICATION_FIELDS,
     NOTIFICATION_SCHEMA,
+    STATUS_SCHEMA,
     notification_rules_broken,
 )
 from lifecycles.machines.monitor import (
     CODE,
     MONITOR,
-    STATUS_SCHEMA,
     MonitorInputs,
     RetryPolicy,
     finish_poll,

@@ -30,7 +30,9 @@ from lifecycles.machines import lease as lease_protocol
 from lifecycles.machines.core import Lifecycle
 from lifecycles.machines.monitor import CODE, MONITOR
 from lifecycles.stores.base import SchemaMismatch
-from lifecycles.stores.sql import Catalogue, Column, Dialect, SQLSchema, SQLStore
+from lifecycles.stores.sql import SQLStore
+from lifecycles.stores.sql_dialect import Column, Dialect
+from lifecycles.stores.sql_schema import Catalogue, SQLSchema
 from lifecycles.stores.sqlite import SQLiteStore
 
 __all__ = [

@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lifecycles.machines.monitor import MonitorInputs, MonitorRecord, new_record
+from lifecycles.invariants.monitor import MonitorRecord
+from lifecycles.machines.monitor import MonitorInputs, new_record
 from lifecycles.machines.monitor.inputs import (
     CLAIMER,
     INTRUDER,
@@ -98,7 +99,6 @@ def status_answer_for(
 __all__ = [
     "Poll",
     "ReadFailure",
-    "ReaderError",
     "claim_strategy",
     "expiry_strategy",
     "fail_attempt_strategy",

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-from lifecycles.invariants.core import FieldRule
+from lifecycles.invariants.core import FieldRule, canonical_json
 from lifecycles.invariants.outbox import (
     MAX_ERROR_LENGTH,
     MAX_RECORD_FILE_BYTES,
@@ -33,7 +33,6 @@ from lifecycles.invariants.outbox import (
     OutboxStatus,
     action_known,
     bounded_json,
-    canonical_json,
     complete_carries_no_error_or_reopen,
     describe,
     entry_id_for,
@@ -51,7 +50,7 @@ from lifecycles.invariants.outbox import (
     version_supported,
 )
 from lifecycles.machines.audit import PublicError, PublicErrors
-from lifecycles.machines.core import LifecycleError, TransitionRefused
+from lifecycles.machines.declaration import LifecycleError, TransitionRefused
 from lifecycles.machines.outbox import (
     CONFLICT,
     CONFLICT_REASON,
@@ -99,7 +98,7 @@ class CloseOutboxError(RuntimeError, LifecycleError):
     """Base error for invalid records or durable outbox operations.
 
     A ``RuntimeError``, as in the reference, and a
-    :class:`~lifecycles.machines.core.LifecycleError`, so that one ``except
+    :class:`~lifecycles.machines.declaration.LifecycleError`, so that one ``except
     LifecycleError`` catches every error of lifecycles; ``code`` is stable.
     """
 

@@ -41,8 +41,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
-from lifecycles.machines.exploration import Coverage, Exploration, Move
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.coverage import Coverage
+from lifecycles.machines.declaration import Row, TransitionRefused
+from lifecycles.machines.exploration import Exploration, Move
 
 if TYPE_CHECKING:
     from hypothesis import settings as Settings

@@ -47,7 +47,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lifecycles.machines.exploration import Coverage
+from lifecycles.machines.coverage import Coverage
 from lifecycles.testing.machine import COVERAGE_RUNS, StepCoverage, keep_explain_phase
 
 if TYPE_CHECKING:

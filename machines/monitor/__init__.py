@@ -49,11 +49,12 @@ from lifecycles.invariants.monitor import (
 from lifecycles.invariants.monitor_messages import (
     ANSWER_RULES,
     ANSWER_SHAPE,
-    STATUS_SCHEMA,
     AnswerRead,
     answer_rules_broken,
 )
-from lifecycles.machines.core import Changes, Lease, Lifecycle, builder, effect, evolver, guard
+from lifecycles.machines.builders import builder, evolver
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Changes, Lease, effect, guard
 from lifecycles.machines.work import Handling, Result, Returned, Step
 
 CODE = "terminal_processing_monitor."
@@ -580,10 +581,8 @@ MONITOR: Lifecycle[MonitorRecord, MonitorInputs] = Lifecycle(
 )
 
 __all__ = [
-    "MONITOR", "RESPONSE_INVALID", "STATE_INVALID", "STATUS_SCHEMA", "TABLE", "AnswerRefused",
-    "MonitorInputs", "MonitorRecord", "MonitorStatus", "ReceiverAnswer",
-    "ReceiverStatus", "RetryPolicy", "complete_with_answer", "finish_poll", "lease_expired",
-    "monitor_handling", "new_record",
-    "parse_answer", "poll_step", "read_answer", "reader_error_code", "retry_delay", "token",
-    "trigger_for_answer",
+    "MONITOR", "STATE_INVALID", "TABLE", "AnswerRefused", "MonitorInputs", "MonitorStatus",
+    "ReceiverAnswer", "RetryPolicy", "complete_with_answer", "finish_poll", "lease_expired",
+    "monitor_handling", "new_record", "parse_answer", "poll_step", "read_answer",
+    "reader_error_code", "retry_delay", "token", "trigger_for_answer",
 ]

@@ -50,8 +50,8 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.monitor import same_notification
-from lifecycles.machines.core import TransitionRefused
+from lifecycles.invariants.monitor import RESPONSE_INVALID, MonitorRecord, same_notification
+from lifecycles.machines.declaration import TransitionRefused
 from lifecycles.machines.exploration import (
     AcceptedCycle,
     ExpectationBroken,
@@ -67,10 +67,8 @@ from lifecycles.machines.lease import StepOn
 from lifecycles.machines.memo import LIMIT, ByIdentity, identity_of, memoized
 from lifecycles.machines.monitor import (
     MONITOR,
-    RESPONSE_INVALID,
     FireMonitor,
     MonitorInputs,
-    MonitorRecord,
     ReceiverAnswer,
     RetryPolicy,
     complete_with_answer,

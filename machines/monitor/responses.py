@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lifecycles.machines.monitor import STATUS_SCHEMA, MonitorRecord
+from lifecycles.invariants.monitor import MonitorRecord
+from lifecycles.invariants.monitor_messages import STATUS_SCHEMA
 
 START = 1000.0
 """When the explored notifications are registered; the receiver's times are placed after."""

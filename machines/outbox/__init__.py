@@ -51,7 +51,8 @@ from lifecycles.invariants.outbox import (
     timestamp_problem,
 )
 from lifecycles.machines.audit import FiredBy
-from lifecycles.machines.core import Changes, Lifecycle, effect, guard
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Changes, effect, guard
 from lifecycles.machines.work import Raised, Result, Step
 
 CODE = "close_outbox."

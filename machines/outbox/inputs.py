@@ -30,7 +30,7 @@ from lifecycles.invariants.outbox import (
     entry_id_for,
     intent_digest,
 )
-from lifecycles.machines.core import TransitionRefused
+from lifecycles.machines.declaration import TransitionRefused
 from lifecycles.machines.exploration import (
     AcceptedCycle,
     ExpectationBroken,

@@ -82,7 +82,8 @@ Guarantees (beyond :mod:`lifecycles.stores.base`):
   link) are ignored, as the reference ignores them.
 """
 
-from lifecycles.stores.files.codec import UntrustedRecord, canonical_json
+from lifecycles.invariants.core import canonical_json
+from lifecycles.stores.files.codec import UntrustedRecord
 from lifecycles.stores.files.contract import FilesExtension, Listing
 from lifecycles.stores.files.fs import (
     FilesDamaged,

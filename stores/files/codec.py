@@ -176,4 +176,4 @@ class RecordCodec(Generic[R]):
         return canonical_json(document) + b"\n"
 
 
-__all__ = ["RecordCodec", "UntrustedRecord", "canonical_json", "utc_now"]
+__all__ = ["RecordCodec", "UntrustedRecord", "utc_now"]

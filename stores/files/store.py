@@ -29,7 +29,8 @@ import attrs
 
 import lifecycles.stores.files.quarantine as quarantine
 from lifecycles.machines import lease as lease_protocol
-from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row
 from lifecycles.stores.base import StaleRecord, Store, StoreError
 from lifecycles.stores.files.codec import RecordCodec, UntrustedRecord
 from lifecycles.stores.files.contract import FilesExtension, Listing

@@ -35,7 +35,8 @@ from lifecycles.machines.blocks import (
     named_in,
     source_of,
 )
-from lifecycles.machines.core import DefinitionError, Guard, Lifecycle, TransitionRefused
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import DefinitionError, Guard, TransitionRefused
 from lifecycles.machines.monitor import RetryPolicy, retry_delay
 from lifecycles.machines.symbolic import symbolic_row
 from lifecycles.stores.sqlite import SQLiteStore

@@ -17,12 +17,8 @@ import pytest
 from lifecycles.machines.exhaustive import explore
 from lifecycles.machines.memo import ByIdentity, memoized
 from lifecycles.machines.monitor import parse_answer, poll_step, reader_error_code
-from lifecycles.machines.monitor.inputs import (
-    CAPABILITIES_SHA256,
-    Poll,
-    ReadFailure,
-    monitor_exploration,
-)
+from lifecycles.machines.monitor.inputs import Poll, ReadFailure, monitor_exploration
+from lifecycles.machines.monitor.responses import CAPABILITIES_SHA256
 
 WIDE = monitor_exploration(max_failures=(1, 8))
 RECORDS = explore(WIDE, keep_records=True).records

@@ -17,13 +17,13 @@ import pytest
 
 from lifecycles.invariants.core import InvariantSet
 from lifecycles.machines import checks
-from lifecycles.machines.core import (
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import (
     Changes,
     DefinitionError,
     Effect,
     Guard,
     Lease,
-    Lifecycle,
     effect,
     guard,
 )

@@ -26,7 +26,8 @@ from support.monitor import registered as monitor_record
 
 from lifecycles.invariants.core import FieldRule, FieldRuleViolation, field_rules
 from lifecycles.invariants.monitor import COLUMNS, MonitorRecord
-from lifecycles.machines.core import Lifecycle, evolver
+from lifecycles.machines.builders import evolver
+from lifecycles.machines.core import Lifecycle
 
 DEPTH = 3
 

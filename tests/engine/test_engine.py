@@ -19,23 +19,22 @@ from support.monitor import T0, TOKEN, WORKER, held, registered
 from transitions import Machine
 
 from lifecycles.invariants.core import InvariantSet, InvariantViolation, invariant
-from lifecycles.invariants.monitor import STATE_INVALID, MonitorRecord, MonitorStatus
+from lifecycles.invariants.monitor import (
+    STATE_INVALID,
+    MonitorRecord,
+    MonitorStatus,
+    ReceiverStatus,
+)
 from lifecycles.machines import engine
-from lifecycles.machines.core import (
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import (
     Changes,
     EffectContractError,
-    Lifecycle,
     TransitionRefused,
     effect,
     guard,
 )
-from lifecycles.machines.monitor import (
-    MONITOR,
-    TABLE,
-    MonitorInputs,
-    ReceiverAnswer,
-    ReceiverStatus,
-)
+from lifecycles.machines.monitor import MONITOR, TABLE, MonitorInputs, ReceiverAnswer
 
 NOT_ALLOWED = "terminal_processing_monitor.claim_lost"
 

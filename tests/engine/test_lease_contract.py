@@ -15,7 +15,8 @@ import pytest
 from support.tasks import TASKS, Task, TaskInputs, new_task
 
 from lifecycles.machines import lease
-from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row, TransitionRefused
 from lifecycles.stores.base import StaleRecord, Store
 from lifecycles.stores.memory import MemoryStore
 from lifecycles.worker import Worker

@@ -17,7 +17,7 @@ import attrs
 import pytest
 
 from lifecycles.machines import lease
-from lifecycles.machines.core import Row
+from lifecycles.machines.declaration import Row
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.machines.outbox import OUTBOX
 from lifecycles.stores.base import StaleRecord

@@ -19,7 +19,9 @@ import attrs
 import pytest
 
 from lifecycles.invariants.core import FieldRule, InvariantSet, InvariantViolation, invariant
-from lifecycles.machines.core import Changes, Lifecycle, effect, evolver
+from lifecycles.machines.builders import evolver
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Changes, effect
 
 
 class Phase(StrEnum):

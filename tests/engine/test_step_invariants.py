@@ -21,7 +21,8 @@ from lifecycles.diagrams_page import page
 from lifecycles.invariants.core import InvariantSet, StepViolation, step_invariant
 from lifecycles.invariants.monitor import MonitorRecord, MonitorStatus
 from lifecycles.invariants.outbox import OutboxRecord
-from lifecycles.machines.core import Changes, Lifecycle, effect
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Changes, effect
 from lifecycles.machines.exhaustive import explore
 from lifecycles.machines.exploration import Exploration, trigger_move
 from lifecycles.machines.monitor import MONITOR, MonitorInputs

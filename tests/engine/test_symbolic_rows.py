@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.postgres import connect_in, require_postgres, temporary_schema
 
-from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row
 from lifecycles.machines.exhaustive import explore
 from lifecycles.machines.exploration import Exploration
 from lifecycles.machines.monitor import MONITOR

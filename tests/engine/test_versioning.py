@@ -24,7 +24,8 @@ from lifecycles.invariants.core import (
     step_invariant,
 )
 from lifecycles.invariants.expressions import Fields
-from lifecycles.machines.core import Lifecycle, effect, guard
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import effect, guard
 from lifecycles.machines.versioning import canonical, code_material
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import attrs
 import pytest
 from support.tasks import TASKS, Task, TaskInputs, new_task
 
-from lifecycles.machines.core import TransitionRefused
+from lifecycles.machines.declaration import TransitionRefused
 from lifecycles.machines.lease import LostRace
 from lifecycles.machines.work import Outcome, Permanent, Raised, Returned
 from lifecycles.stores.base import Store, StoreUnavailable

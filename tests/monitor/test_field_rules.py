@@ -35,12 +35,9 @@ from lifecycles.invariants.monitor import (
     STATE_INVALID,
     MonitorRecord,
     MonitorStatus,
-)
-from lifecycles.machines.monitor import (
-    MONITOR,
-    ReceiverAnswer,
     ReceiverStatus,
 )
+from lifecycles.machines.monitor import MONITOR, ReceiverAnswer
 
 WATCHING = MONITOR.fire("observe_progress", LEASED, held(T0 + 1, answer=ReceiverAnswer(
     processing_status=ReceiverStatus.LEASED, attempts=1, max_attempts=3,

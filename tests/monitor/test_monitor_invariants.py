@@ -40,13 +40,9 @@ from lifecycles.invariants.monitor import (
     STATE_INVALID,
     MonitorRecord,
     MonitorStatus,
-)
-from lifecycles.machines.monitor import (
-    MONITOR,
-    MonitorInputs,
-    ReceiverAnswer,
     ReceiverStatus,
 )
+from lifecycles.machines.monitor import MONITOR, MonitorInputs, ReceiverAnswer
 
 
 def lifecycles_verdict(row: Mapping[str, Any]) -> tuple[bool, tuple[str, ...]]:

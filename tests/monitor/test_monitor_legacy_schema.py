@@ -178,7 +178,7 @@ def pg_state(connection: Any) -> list[Any]:
 
 
 def pg_build(connection: Any, **case: Any) -> None:
-    from lifecycles.stores.postgres import PostgresDialect
+    from lifecycles.stores.postgres_dialect import PostgresDialect
 
     for statement in hand_made(PostgresDialect(), **case):
         connection.execute(statement)

@@ -27,20 +27,19 @@ from lifecycles.invariants.core import InvariantViolation
 from lifecycles.invariants.monitor import (
     COLUMNS,
     MONITOR_INVARIANTS,
+    RESPONSE_INVALID,
     STATE_INVALID,
     MonitorRecord,
     MonitorStatus,
+    ReceiverStatus,
 )
-from lifecycles.invariants.monitor_messages import ANSWER_RULES, ANSWER_SHAPE
-from lifecycles.machines.core import TransitionRefused
+from lifecycles.invariants.monitor_messages import ANSWER_RULES, ANSWER_SHAPE, STATUS_SCHEMA
+from lifecycles.machines.declaration import TransitionRefused
 from lifecycles.machines.monitor import (
     MONITOR,
-    RESPONSE_INVALID,
-    STATUS_SCHEMA,
     AnswerRefused,
     MonitorInputs,
     ReceiverAnswer,
-    ReceiverStatus,
     RetryPolicy,
     complete_with_answer,
     new_record,

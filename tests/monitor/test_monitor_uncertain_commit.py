@@ -29,7 +29,7 @@ from support.monitor import CAPABILITIES, answer, notification
 from support.pg_proxy import Cut, Exchange, Proxied, commit_of, proxied_connections, statement
 from support.postgres import pg_schema, require_postgres
 
-from lifecycles.machines.core import LifecycleError
+from lifecycles.machines.declaration import LifecycleError
 from lifecycles.monitor.facade import (
     DatabaseUnreachable,
     DurableTerminalProcessingMonitor,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from support.stateful import on_memory_and_sqlite
 
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.machines.monitor.inputs import CAPABILITIES_SHA256
+from lifecycles.machines.monitor.responses import CAPABILITIES_SHA256
 from lifecycles.monitor.schema import MonitorSchema
 
 TestMonitorOnMemory, TestMonitorOnSQLite = on_memory_and_sqlite(

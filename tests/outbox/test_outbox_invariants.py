@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import pytest
 
-from lifecycles.invariants.core import InvariantViolation, build_record, field_rules
+from lifecycles.invariants.core import InvariantViolation, build_record, canonical_json, field_rules
 from lifecycles.invariants.outbox import (
     MAX_PAYLOAD_BYTES,
     MAX_RECORD_FILE_BYTES,
@@ -29,7 +29,6 @@ from lifecycles.invariants.outbox import (
     OutboxRecord,
     OutboxStatus,
     PlacedRecord,
-    canonical_json,
     entry_id_for,
     record_bytes,
 )

@@ -9,7 +9,7 @@ import pytest
 
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.invariants.outbox import OutboxRecord, OutboxStatus, entry_id_for, intent_digest
-from lifecycles.machines.core import TransitionRefused
+from lifecycles.machines.declaration import TransitionRefused
 from lifecycles.machines.outbox import (
     CONFLICT,
     NOT_ALLOWED,

@@ -37,7 +37,7 @@ from support.os_faults import (
 from support.outbox import tree_snapshot
 
 from lifecycles.cli import build_parser, main
-from lifecycles.machines.core import LifecycleError
+from lifecycles.machines.declaration import LifecycleError
 from lifecycles.outbox.facade import (
     CloseOutbox,
     CloseOutboxError,

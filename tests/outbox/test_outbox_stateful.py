@@ -28,11 +28,11 @@ from hypothesis.stateful import (
     rule,
 )
 
+from lifecycles.invariants.core import canonical_json
 from lifecycles.invariants.outbox import (
     MAX_RECORD_FILE_BYTES,
     OUTBOX_INVARIANTS,
     OutboxStatus,
-    canonical_json,
     entry_id_for,
 )
 from lifecycles.machines.outbox import OUTBOX

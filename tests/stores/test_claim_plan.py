@@ -21,8 +21,9 @@ from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.schema import MonitorSchema
 from lifecycles.registry import registered
 from lifecycles.stores.postgres import PostgresStore
-from lifecycles.stores.sql import SQLSchema, SQLStore
+from lifecycles.stores.sql import SQLStore
 from lifecycles.stores.sql_lease import SORTED_AT_MOST
+from lifecycles.stores.sql_schema import SQLSchema
 from lifecycles.stores.sqlite import SQLiteStore
 
 LEASED = [lifecycle for lifecycle in registered().values() if lifecycle.lease is not None]

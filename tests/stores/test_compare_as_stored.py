@@ -20,7 +20,8 @@ import pytest
 from support.postgres import connect_in, temporary_schema
 
 from lifecycles.invariants.core import InvariantSet
-from lifecycles.machines.core import Changes, Lifecycle, effect
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Changes, effect
 from lifecycles.stores import sql
 from lifecycles.stores.base import StaleRecord
 from lifecycles.stores.postgres import PostgresStore

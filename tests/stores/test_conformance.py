@@ -35,7 +35,8 @@ from support.postgres import DSN, SKIP_REASON, require_postgres
 from support.store_kinds import Opened, StoreKind, kinds_for
 
 from lifecycles.invariants.core import InvariantViolation
-from lifecycles.machines.core import Lifecycle, TransitionRefused
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import TransitionRefused
 from lifecycles.registry import registered
 from lifecycles.stores.base import StaleRecord, Store
 

@@ -38,7 +38,7 @@ from support.os_faults import (
     unprivileged_directory,
 )
 
-from lifecycles.machines.core import LifecycleError
+from lifecycles.machines.declaration import LifecycleError
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs
 from lifecycles.outbox.facade import OUTBOX_LAYOUT, CloseRequest

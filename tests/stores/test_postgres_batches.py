@@ -36,7 +36,8 @@ from support.tasks import TASKS, Task, TaskInputs, TaskStatus, new_task
 
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.machines import lease
-from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.machines.work import Returned
 from lifecycles.monitor.schema import MonitorSchema

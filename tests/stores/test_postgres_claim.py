@@ -20,7 +20,8 @@ from support.monitor import CAPABILITIES, notification
 from support.postgres import Connect, pg_connect, pg_schema, require_postgres
 
 from lifecycles.machines import lease
-from lifecycles.machines.core import Lifecycle, Row
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row
 from lifecycles.machines.monitor import MONITOR, MonitorInputs
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StateInvalid
 from lifecycles.stores.base import StoreDamaged

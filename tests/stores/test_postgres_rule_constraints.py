@@ -28,7 +28,7 @@ from lifecycles.loading import import_target
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StateInvalid
 from lifecycles.monitor.schema import TABLE
-from lifecycles.stores.postgres import PostgresDialect
+from lifecycles.stores.postgres_dialect import PostgresDialect
 from lifecycles.stores.postgres_rules import (
     MAX_NAME,
     constraint_name,

@@ -20,13 +20,9 @@ from lifecycles.invariants.monitor import COLUMNS
 from lifecycles.machines.monitor import MONITOR, MonitorInputs
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StorageBlocked
 from lifecycles.monitor.schema import open_monitor_store, render
-from lifecycles.stores.base import UniqueViolation
-from lifecycles.stores.postgres import (
-    PostgresDialect,
-    PostgresStore,
-    StoreUnavailable,
-    connect,
-)
+from lifecycles.stores.base import StoreUnavailable, UniqueViolation
+from lifecycles.stores.postgres import PostgresStore, connect
+from lifecycles.stores.postgres_dialect import PostgresDialect
 
 __all__ = ["pg_connect", "pg_schema"]  # fixtures, used by name
 

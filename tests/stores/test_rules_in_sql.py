@@ -45,8 +45,8 @@ from lifecycles.invariants.monitor import (
 )
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.schema import TABLE, MonitorSchema
-from lifecycles.stores.postgres import PostgresDialect
-from lifecycles.stores.sql import Dialect
+from lifecycles.stores.postgres_dialect import PostgresDialect
+from lifecycles.stores.sql_dialect import Dialect
 from lifecycles.stores.sql_health import HealthQueries
 from lifecycles.stores.sql_rules import BROKEN_ROWS_SHOWN
 from lifecycles.stores.sqlite import SQLiteDialect

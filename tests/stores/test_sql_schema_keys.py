@@ -18,7 +18,8 @@ from support.postgres import Connect, pg_connect, pg_schema
 
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.stores.base import SchemaMismatch
-from lifecycles.stores.sql import Dialect, SQLSchema
+from lifecycles.stores.sql_dialect import Dialect
+from lifecycles.stores.sql_schema import SQLSchema
 from lifecycles.stores.sqlite import SQLiteStore
 
 __all__ = ["pg_connect", "pg_schema"]  # fixtures, used by name

@@ -18,8 +18,8 @@ from lifecycles.machines import lease
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.schema import QUERIES, MonitorSchema, parse_named_blocks, render
 from lifecycles.registry import registered
-from lifecycles.stores.postgres import PostgresDialect
-from lifecycles.stores.sql import SQLSchema
+from lifecycles.stores.postgres_dialect import PostgresDialect
+from lifecycles.stores.sql_schema import SQLSchema
 from lifecycles.stores.sqlite import SQLiteDialect
 
 STORES = Path(__file__).resolve().parents[2] / "stores"

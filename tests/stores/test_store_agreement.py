@@ -29,7 +29,7 @@ from support.store_kinds import KINDS, MONITOR_SCHEMA_KINDS, Opened, StoreKind
 
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.invariants.monitor import MonitorRecord, ReceiverStatus
-from lifecycles.machines.core import TransitionRefused
+from lifecycles.machines.declaration import TransitionRefused
 from lifecycles.machines.monitor import (
     MONITOR,
     MonitorInputs,

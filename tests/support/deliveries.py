@@ -10,7 +10,8 @@ from typing import Any
 import attrs
 
 from lifecycles.invariants.core import InvariantSet, invariant
-from lifecycles.machines.core import Changes, Lifecycle, effect
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Changes, effect
 from lifecycles.machines.work import Raised, Result, Step
 
 

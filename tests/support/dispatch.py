@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from lifecycles.loading import find_exploration
-from lifecycles.machines.core import Lifecycle, Row, TransitionRefused
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Row, TransitionRefused
 from lifecycles.registry import registered
 
 ROOT = Path(__file__).resolve().parents[2]

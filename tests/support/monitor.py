@@ -13,7 +13,7 @@ from typing import Any
 
 from lifecycles.invariants.monitor import MonitorRecord
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
-from lifecycles.monitor.strategies import ReaderError as PublicReaderError
+from lifecycles.machines.monitor.inputs import ReaderError as PublicReaderError
 
 CAPABILITIES = "c" * 64
 NOTIFICATION_SCHEMA = "blun.cms-source-terminal-notification.v1"
@@ -177,7 +177,8 @@ RETRY_WAIT = MONITOR.fire(
 
 def records_in_every_status() -> list[MonitorRecord]:
     """One valid record in each monitor status, made by real transitions from ``LEASED``."""
-    from lifecycles.machines.monitor import ReceiverAnswer, ReceiverStatus
+    from lifecycles.invariants.monitor import ReceiverStatus
+    from lifecycles.machines.monitor import ReceiverAnswer
 
     def answered(kind: ReceiverStatus, **changes: Any) -> MonitorInputs:
         values: dict[str, Any] = {

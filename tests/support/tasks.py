@@ -26,7 +26,8 @@ from lifecycles.invariants.core import (
     step_invariant,
 )
 from lifecycles.invariants.expressions import Expr, Fields, all_of, any_of, if_else
-from lifecycles.machines.core import Changes, Lease, Lifecycle, effect, guard
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Changes, Lease, effect, guard
 from lifecycles.machines.work import Handling, outcomes
 
 CODE = "tasks."

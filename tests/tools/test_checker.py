@@ -17,11 +17,11 @@ from lifecycles.checker import check_one, run_check
 from lifecycles.checker_report import Target
 from lifecycles.cli import main
 from lifecycles.invariants.core import InvariantViolation
-from lifecycles.invariants.monitor import MonitorRecord
+from lifecycles.invariants.monitor import RESPONSE_INVALID, MonitorRecord
 from lifecycles.loading import find_exploration, load_exploration
 from lifecycles.machines.exhaustive import explore
 from lifecycles.machines.exploration import TraceMismatch, replay
-from lifecycles.machines.monitor import MONITOR, RESPONSE_INVALID
+from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor.inputs import EXPLORATION, abstraction
 from lifecycles.registry import registered
 

@@ -197,13 +197,14 @@ def test_every_lifecycles_command_in_the_documents_parses(block: Block, command:
 # The API: these packages' `__all__` (pinned by test_exports.py). Everything else may move.
 PUBLIC_PACKAGES = ("lifecycles", "lifecycles.machines", "lifecycles.invariants",
                    "lifecycles.stores")
-# Imported as they are: the shipped lifecycles as apps (the monitor's table too, for
-# examples/monitor_defect.py, which puts a defect back into it), the test helpers, and the
+# Imported as they are: the shipped lifecycles as apps (the monitor's table and record too,
+# for examples/monitor_defect.py, which puts a defect back into it), the test helpers, and the
 # commands' Python entry points (`main`, the pages' `generate`, the logs and metrics hooks).
 APP_MODULES = ("lifecycles.monitor", "lifecycles.outbox", "lifecycles.testing",
                "lifecycles.monitor.strategies", "lifecycles.outbox.strategies",
                "lifecycles.machines.monitor", "lifecycles.machines.monitor.inputs",
-               "lifecycles.cli", "lifecycles.diagrams", "lifecycles.observe")
+               "lifecycles.invariants.monitor", "lifecycles.cli", "lifecycles.diagrams",
+               "lifecycles.observe")
 # A driver's module, for its `connect` alone (each takes that driver's own options).
 DRIVER_NAMES = {"lifecycles.stores.sqlite": {"connect"}, "lifecycles.stores.postgres": {"connect"}}
 def exported(package: str) -> set[str]:

@@ -19,7 +19,7 @@ from lifecycles.invariants.core import InvariantViolation
 from lifecycles.loading import import_target
 from lifecycles.machines import lease
 from lifecycles.machines.blocks import WorkInputs
-from lifecycles.machines.core import TransitionRefused
+from lifecycles.machines.declaration import TransitionRefused
 from lifecycles.stores.sql_claim import ClaimInPlace, claim_in_place
 from lifecycles.stores.sqlite import SQLiteStore
 

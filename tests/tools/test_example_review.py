@@ -11,7 +11,7 @@ from support.stateful import on_memory_and_sqlite
 from lifecycles.checker import run_check
 from lifecycles.diagrams import generate
 from lifecycles.loading import import_target
-from lifecycles.machines.core import TransitionRefused
+from lifecycles.machines.declaration import TransitionRefused
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "review" / "lifecycle.py"

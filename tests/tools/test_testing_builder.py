@@ -15,7 +15,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from lifecycles.invariants.monitor import MonitorRecord
 from lifecycles.loading import load_exploration
-from lifecycles.machines.core import Row
+from lifecycles.machines.declaration import Row
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor.inputs import EXPLORATION
 from lifecycles.stores.memory import MemoryStore

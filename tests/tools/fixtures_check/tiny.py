@@ -13,7 +13,8 @@ from typing import Any
 import attrs
 
 from lifecycles.invariants.core import InvariantSet, invariant
-from lifecycles.machines.core import Changes, Guard, Lifecycle, effect, guard
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Changes, Guard, effect, guard
 from lifecycles.machines.exploration import Exploration, trigger_move
 from lifecycles.machines.monitor import MONITOR  # imported, not declared: never checked here
 
