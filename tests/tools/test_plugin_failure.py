@@ -23,7 +23,8 @@ PLANTED_SUITE = f'''
 import attrs
 
 from lifecycles.loading import import_target
-from lifecycles.machines.core import Changes, Lifecycle, effect
+from lifecycles.machines.core import Lifecycle
+from lifecycles.machines.declaration import Changes, effect
 from lifecycles.stores.memory import MemoryStore
 from lifecycles.testing import build_state_machine
 
