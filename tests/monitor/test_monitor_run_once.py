@@ -100,17 +100,17 @@ def test_run_once_reads_the_row_once_and_checks_the_invariants_three_times(
 ) -> None:
     reads: list[str] = []
     checks: list[str] = []
-    admit, check = monitor.store.admit, MONITOR.invariants.check
+    record_from, check = monitor.store.record_from, MONITOR.invariants.check
 
-    def counting_admit(values: Any) -> Any:
+    def counting_record_from(values: Any) -> Any:
         reads.append(str(values["event_id"]))
-        return admit(values)
+        return record_from(values)
 
     def counting_check(record: Any) -> Any:
         checks.append(record.event_id)
         return check(record)
 
-    monkeypatch.setattr(monitor.store, "admit", counting_admit)
+    monkeypatch.setattr(monitor.store, "record_from", counting_record_from)
     monkeypatch.setattr(MONITOR.invariants, "check", counting_check)
     outcome = monitor.run_once(READERS["answer"], "w1", now=20)
     assert outcome is not None and outcome.status == "watching"

@@ -104,7 +104,7 @@ def _completion(leased: Any) -> tuple[Any, Any]:
 
 #: The methods of a SQL store that run no statement of their own.
 WITHOUT_STATEMENTS = frozenset({
-    "admit", "values_of", "token_of", "leasing", "rule_queries", "transaction_nested_error",
+    "record_from", "values_of", "token_of", "leasing", "rule_queries", "transaction_nested_error",
     "statement_savepoint", "driver_error", "driver_errors", "autocommits",
     "raise_store_error", "unavailable", "commit_may_have_happened",
     "listen",  # on a connection of its own (PostgreSQL)
