@@ -107,7 +107,6 @@ USES_AN_APP_ON_PURPOSE: dict[str, str] = {
     "engine/test_engine.py": "not yet moved onto tasks",
     "engine/test_exploration_pinned.py": "not yet moved onto tasks",
     "engine/test_interleaving.py": "not yet moved onto tasks",
-    "engine/test_lease_doubts.py": "not yet moved onto tasks",
     "engine/test_lease_protocol.py": "not yet moved onto tasks",
     "engine/test_liveness.py": "not yet moved onto tasks",
     "engine/test_observe.py": "not yet moved onto tasks",
