@@ -37,6 +37,8 @@ from lifecycles.invariants.monitor_messages import ANSWER_RULES, ANSWER_SHAPE, S
 from lifecycles.machines import checks
 from lifecycles.machines.blocks import Backoff
 from lifecycles.machines.declaration import TransitionRefused
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.liveness import liveness
 from lifecycles.machines.monitor import (
     MONITOR,
     AnswerRefused,
@@ -52,6 +54,7 @@ from lifecycles.machines.monitor import (
     retry_delay,
     trigger_for_answer,
 )
+from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
 
 CODE = "terminal_processing_monitor."
 CAPS = "c0ffee" + "0" * 58
@@ -902,3 +905,14 @@ def test_complete_with_answer_fires_through_the_given_fire() -> None:
     bad = parse_answer(response_for(LEASED, "retry_wait", last_error_code=None), LEASED, CAPS)
     complete_with_answer(LEASED, bad, held(T0 + 1), fire)
     assert calls == ["observe_progress", "fail_attempt"]
+
+
+def test_the_monitor_keeps_a_way_out_and_declares_its_cycles() -> None:
+    """No stuck state, only declared cycles; taken away, each declaration is a finding."""
+    result = explore(MONITOR_EXPLORATION, keep_graph=True)
+    assert result.graph is not None and not result.truncated
+    found = liveness(result.graph, MONITOR_EXPLORATION.accepted_cycles)
+    assert found.ok
+    assert found.cycles  # it polls for as long as the receiver says
+    undeclared = liveness(result.graph, ())
+    assert undeclared.findings == tuple(attrs.evolve(c, accepted=None) for c in found.cycles)
