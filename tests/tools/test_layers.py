@@ -100,7 +100,6 @@ APP_HELPERS = (
 )
 # The framework's test files that still use an app, each with the reason.
 USES_AN_APP_ON_PURPOSE: dict[str, str] = {
-    "engine/test_dispatch.py": "not yet moved onto tasks",
     "engine/test_engine.py": "not yet moved onto tasks",
     "engine/test_exploration_pinned.py": "not yet moved onto tasks",
     "engine/test_interleaving.py": "not yet moved onto tasks",
