@@ -121,7 +121,6 @@ USES_AN_APP_ON_PURPOSE: dict[str, str] = {
     "stores/test_rules_in_sql.py": "not yet moved onto tasks",
     "stores/test_rules_index.py": "not yet moved onto tasks",
     "stores/test_sql_store.py": "not yet moved onto tasks",
-    "stores/test_sqlite_connect.py": "not yet moved onto tasks",
     "stores/test_store_agreement.py": "not yet moved onto tasks",
 }
 
