@@ -102,7 +102,6 @@ APP_HELPERS = (
 USES_AN_APP_ON_PURPOSE: dict[str, str] = {
     "engine/test_engine.py": "not yet moved onto tasks",
     "engine/test_exploration_pinned.py": "not yet moved onto tasks",
-    "engine/test_interleaving.py": "not yet moved onto tasks",
     "stores/test_claim_plan.py": "not yet moved onto tasks",
     "stores/test_conformance.py": "not yet moved onto tasks",
     "stores/test_driver_errors.py": "not yet moved onto tasks",
