@@ -91,13 +91,30 @@ def test_the_walk_would_see_an_app_imported_late(tmp_path: Path) -> None:
 
 # The framework's own tests (tests/engine, tests/stores) run on lifecycles made for them
 # (tests/support/tasks.py and the small ones declared in the tests); the apps are tested in
-# tests/monitor and tests/outbox. The helpers below build app records or drive an app.
+# tests/monitor and tests/outbox.
 TESTS = ROOT / "tests"
 FRAMEWORK_TESTS = ("engine", "stores")
-APP_HELPERS = (
-    "support.monitor", "support.outbox", "support.outbox_child", "support.legacy_schema",
-    "support.store_operations", "support.stress_worker",
-)
+APP_NAMES = ("monitor", "outbox")  # tests/support/<app>.py loads its app, by name or not
+
+
+def support_imports() -> dict[str, set[str]]:
+    """What each module of tests/support imports, by its name (``support.<stem>``)."""
+    return {f"support.{path.stem}": set(imported_by(f"support.{path.stem}", path))
+            for path in sorted((TESTS / "support").glob("*.py")) if path.stem != "__init__"}
+
+
+def app_helpers() -> set[str]:
+    """The test helpers that build an app's records or drive an app: those named after an
+    app, and those importing an app or such a helper (anywhere in them)."""
+    imports = support_imports()
+    helpers = {name for name in imports if name.split(".")[1].startswith(APP_NAMES)}
+    while more := {name for name, named in imports.items() if name not in helpers
+                   and any(is_app(module) or module.startswith(tuple(helpers))
+                           for module in named)}:
+        helpers |= more
+    return helpers
+
+
 # The framework's test files that still use an app, each with the reason: "kept" where the
 # app is what the test is about, "to move" where it is only the example, not yet replaced.
 USES_AN_APP_ON_PURPOSE: dict[str, str] = {
@@ -137,20 +154,22 @@ USES_AN_APP_ON_PURPOSE: dict[str, str] = {
 }
 
 
-def uses_an_app(module: str) -> bool:
+def uses_an_app(module: str, helpers: set[str]) -> bool:
     return is_app(module) or any(module == helper or module.startswith(helper + ".")
-                                 for helper in APP_HELPERS)
+                                 for helper in helpers)
 
 
 def framework_tests_using_an_app() -> set[str]:
     """The test files under tests/engine and tests/stores that import an app or an app's
     helper, directly or through a test module of their folder (``from test_conformance
     import ...``)."""
+    helpers = app_helpers()
     imports = {}
     for folder in FRAMEWORK_TESTS:
         for path in sorted((TESTS / folder).glob("*.py")):
             imports[f"{folder}/{path.name}"] = set(imported_by(f"{folder}.{path.stem}", path))
-    using = {name for name, named in imports.items() if any(map(uses_an_app, named))}
+    using = {name for name, named in imports.items()
+             if any(uses_an_app(module, helpers) for module in named)}
     while True:  # a sibling test module that uses an app makes its importer use it too
         more = {name for name, named in imports.items() if name not in using
                 and any(f"{name.split('/')[0]}/{module.split('.')[0]}.py" in using
@@ -164,10 +183,21 @@ def test_the_framework_tests_use_no_app_but_those_listed() -> None:
     assert framework_tests_using_an_app() == set(USES_AN_APP_ON_PURPOSE)
 
 
+def test_the_app_helpers_are_found_and_the_tests_own_lifecycles_are_not_among_them() -> None:
+    helpers = app_helpers()
+    assert {"support.monitor", "support.outbox", "support.outbox_child",
+            "support.legacy_schema", "support.store_operations", "support.stress_worker",
+            "support.store_kinds"} <= helpers  # store_kinds: the monitor's exact schema
+    assert not {"support.tasks", "support.tasks_inputs", "support.deliveries",
+                "support.symbolic_rows", "support.postgres"} & helpers
+
+
 def test_the_test_walk_would_see_an_app_and_an_app_helper(tmp_path: Path) -> None:
     planted = tmp_path / "planted.py"
     planted.write_text("from support.monitor import registered\n"
                        "def later():\n    from lifecycles.machines.outbox import OUTBOX\n")
-    assert [name for name in imported_by("engine.planted", planted) if uses_an_app(name)] == [
+    helpers = app_helpers()
+    assert [name for name in imported_by("engine.planted", planted)
+            if uses_an_app(name, helpers)] == [
         "support.monitor", "support.monitor.registered", "lifecycles.machines.outbox",
         "lifecycles.machines.outbox.OUTBOX"]
