@@ -37,7 +37,6 @@ from lifecycles.machines.blocks import (
 )
 from lifecycles.machines.core import Lifecycle
 from lifecycles.machines.declaration import DefinitionError, Guard, TransitionRefused
-from lifecycles.machines.monitor import RetryPolicy, retry_delay
 from lifecycles.machines.symbolic import symbolic_row
 from lifecycles.stores.sqlite import SQLiteStore
 
@@ -140,9 +139,6 @@ def test_backoff_is_capped_exponential_as_documented() -> None:
     backoff = Backoff(base=5.0, cap=300.0)
     assert [backoff.delay(n) for n in range(1, 10)] == [
         5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0, 300.0]
-    # The monitor's backoff is this arithmetic with base 5, cap 300, factor 2.
-    policy = RetryPolicy()
-    assert all(backoff.delay(n) == retry_delay(policy, n) for n in range(1, 60))
     assert Backoff(2.0, 1000.0, factor=3.0).delay(4) == 54.0
     assert Backoff(7.0, 7.0).delay(1) == Backoff(7.0, 7.0).delay(50) == 7.0
     assert Backoff(0.0, 10.0).delay(30) == 0.0
@@ -409,7 +405,7 @@ def test_named_in_gives_what_the_table_names_in_table_order() -> None:
 
 
 def test_a_blocks_code_is_kept_on_it_and_shown_by_inspect_and_tracebacks() -> None:
-    assert source_of(retry_delay) is None  # written in a module: inspect reads it there
+    assert source_of(leasing) is None  # written in a module: inspect reads it there
     source = source_of(RETRY.schedule_retry.compute) or ""
     assert "def backoff(n):" in source and "def schedule_retry(r, i):" in source
     assert '"due_at": i.now + backoff(failures)' in source

@@ -1,6 +1,8 @@
 """Interleaved workers (lifecycles.machines.interleaving): the lease protocol explored
 with several workers on the memory store, and each of its properties shown to fail on
-a table that gets it wrong."""
+a table that gets it wrong. On the tests' leased tasks (tests/support/tasks.py) and the
+leased jobs of examples/defects; the monitor's own interleavings are tested in
+tests/monitor/test_monitor_interleaving.py."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 
 import attrs
 import pytest
+from support.tasks_inputs import EXPLORATION as TASKS_EXPLORATION
 
 from lifecycles.invariants.core import InvariantSet
 from lifecycles.machines.core import Lifecycle
@@ -22,8 +25,6 @@ from lifecycles.machines.interleaving import (
     replay_interleaving,
 )
 from lifecycles.machines.liveness import liveness
-from lifecycles.machines.monitor import MONITOR
-from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.mutants import redeclared
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,25 +42,13 @@ def variant(lifecycle: Lifecycle[Any, Any], table: Sequence[Mapping[str, Any]],
     return redeclared(lifecycle, table=table, **changed)
 
 
-def without_guard(table: Sequence[Mapping[str, Any]], trigger: str, guard: str
-                  ) -> list[dict[str, Any]]:
-    """``table`` with ``guard`` dropped from every row of ``trigger``."""
-    rows = []
-    for row in table:
-        row = dict(row)
-        if row["trigger"] == trigger and guard in row.get("conditions", ()):
-            row["conditions"] = [name for name in row["conditions"] if name != guard]
-        rows.append(row)
-    return rows
-
-
 @pytest.mark.parametrize(("workers", "records"), [(1, 1), (2, 1), (3, 1), (2, 2)])
-def test_the_monitor_keeps_every_property_with_interleaved_workers(
+def test_the_tasks_keep_every_property_with_interleaved_workers(
     workers: int, records: int
 ) -> None:
-    declared = MONITOR_EXPLORATION.workers
+    declared = TASKS_EXPLORATION.workers
     assert declared is not None
-    result = explore_workers(MONITOR_EXPLORATION, declared.sized(workers, records))
+    result = explore_workers(TASKS_EXPLORATION, declared.sized(workers, records))
     assert result.finding is None
     assert not result.truncated
     assert (result.workers, result.records) == (workers, records)
@@ -68,38 +57,11 @@ def test_the_monitor_keeps_every_property_with_interleaved_workers(
 
 
 def test_more_workers_reach_more_worlds() -> None:
-    declared = MONITOR_EXPLORATION.workers
+    declared = TASKS_EXPLORATION.workers
     assert declared is not None
-    sizes = [explore_workers(MONITOR_EXPLORATION, declared.sized(n, 1)).states
+    sizes = [explore_workers(TASKS_EXPLORATION, declared.sized(n, 1)).states
              for n in (1, 2, 3)]
     assert sizes[0] < sizes[1] < sizes[2]
-
-
-@pytest.mark.parametrize("completion", ["observe_progress", "observe_success",
-                                        "observe_failure", "fail_attempt"])
-def test_a_monitor_completion_without_the_holders_token_is_found(completion: str) -> None:
-    table = without_guard(MONITOR.table, completion, "lease_is_held")
-    mutant = attrs.evolve(MONITOR_EXPLORATION, lifecycle=variant(MONITOR, table))
-    finding = explore_workers(mutant).finding
-    assert finding is not None
-    # The lease step invariant refuses the late completion first...
-    assert finding.kind == "invariant"
-    assert "lease_ends_by_its_holder_or_by_expiry" in finding.rules
-    steps = [(step.actor, step.action) for step in finding.trace]
-    # Claimed, lost to the clock and another worker, completed late.
-    assert steps[0][1] == "claim" and ("clock", "tick") in steps
-    assert steps[-1][1] == "complete"
-    assert steps[-1][0] != [actor for actor, action in steps if action == "claim"][-1]
-
-
-def test_without_the_lease_step_invariant_the_protocol_property_finds_it() -> None:
-    table = without_guard(MONITOR.table, "observe_success", "lease_is_held")
-    declared = MONITOR.invariants
-    steps = [s for s in declared.steps if s.name != "lease_ends_by_its_holder_or_by_expiry"]
-    weaker = variant(MONITOR, table, invariants=InvariantSet(
-        declared.code, declared.invariants, steps=steps))
-    finding = explore_workers(attrs.evolve(MONITOR_EXPLORATION, lifecycle=weaker)).finding
-    assert finding is not None and finding.kind == "superseded_completion"
 
 
 def test_the_late_completion_defect_is_found_with_the_shortest_interleaving() -> None:
@@ -216,7 +178,7 @@ def test_two_workers_holding_one_live_lease_are_found() -> None:
 
 
 def test_sizes_outside_the_declared_bounds_are_refused() -> None:
-    declared = MONITOR_EXPLORATION.workers
+    declared = TASKS_EXPLORATION.workers
     assert declared is not None
     for workers, records in [(0, 1), (4, 1), (2, 3), (2, 0)]:
         with pytest.raises(ValueError, match="is not within"):
@@ -224,37 +186,35 @@ def test_sizes_outside_the_declared_bounds_are_refused() -> None:
 
 
 def test_a_lifecycle_without_workers_cannot_be_interleaved() -> None:
-    from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX
-
     with pytest.raises(ValueError, match="declares no workers"):
-        explore_workers(OUTBOX)
+        explore_workers(attrs.evolve(TASKS_EXPLORATION, workers=None))
 
 
 def test_a_worker_may_lease_every_record_in_one_batch_and_complete_each() -> None:
     """claim_many, as run_many does it: one step leases both records, each under a token
     of its own; the worker then completes them one step each, in either order."""
-    declared = MONITOR_EXPLORATION.workers
+    declared = TASKS_EXPLORATION.workers
     assert declared is not None and declared.batches
-    world = replay_interleaving(MONITOR_EXPLORATION, 1, 2, [("worker-1", "claim_many", 0)])
+    world = replay_interleaving(TASKS_EXPLORATION, 1, 2, [("worker-1", "claim_many", 0)])
     hand = world.workers[0]
-    assert [str(held.record.status) for held in hand] == ["leased", "leased"]
+    assert [str(held.record.status) for held in hand] == ["running", "running"]
     assert len({held.token for held in hand}) == 2
     assert {held.token for held in hand} == {r.lease_token for r in world.records}
     ways = len(declared.work(hand[0].record, declared.inputs(world.now, "worker-1",
                                                              hand[0].token)))
     # The second record's first way ends first, then the first record's first way.
-    world = replay_interleaving(MONITOR_EXPLORATION, 1, 2, [
+    world = replay_interleaving(TASKS_EXPLORATION, 1, 2, [
         ("worker-1", "claim_many", 0), ("worker-1", "complete", ways),
         ("worker-1", "complete", 0)])
     assert world.workers[0] == ()
-    assert "leased" not in [str(record.status) for record in world.records]
+    assert "running" not in [str(record.status) for record in world.records]
 
 
 def test_batches_reach_worlds_single_claims_do_not() -> None:
-    declared = MONITOR_EXPLORATION.workers
+    declared = TASKS_EXPLORATION.workers
     assert declared is not None
-    with_batches = explore_workers(MONITOR_EXPLORATION, declared.sized(1, 2))
-    without = explore_workers(MONITOR_EXPLORATION,
+    with_batches = explore_workers(TASKS_EXPLORATION, declared.sized(1, 2))
+    without = explore_workers(TASKS_EXPLORATION,
                               attrs.evolve(declared.sized(1, 2), batches=False))
     assert with_batches.finding is None and without.finding is None
     assert with_batches.states > without.states

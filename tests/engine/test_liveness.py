@@ -1,20 +1,21 @@
 """Liveness on the explored graph (lifecycles.machines.liveness).
 
 Stuck states (no path to a final status) and cycles of non-final states, the latter
-accepted only when declared beside the table. Hand-built graphs pin the analysis;
-the shipped lifecycles must have no stuck state and only declared cycles, and taking a
-declaration away must turn its cycle into a finding.
+accepted only when declared beside the table. Hand-built graphs pin the analysis; the
+tests' leased tasks (tests/support/tasks.py) must have no stuck state and only their
+declared cycle, and taking the declaration away must turn its cycles into findings (the
+shipped lifecycles are held to the same in tests/monitor and tests/outbox).
 """
 
 from __future__ import annotations
 
 import attrs
+from support.tasks import TASKS
+from support.tasks_inputs import EXPLORATION as TASKS_EXPLORATION
 
 from lifecycles.machines.exhaustive import explore
 from lifecycles.machines.exploration import AcceptedCycle, Graph
 from lifecycles.machines.liveness import liveness
-from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
-from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION
 
 
 def graph(final: list[bool], edges: dict[int, list[tuple[int, str, bool]]]) -> Graph:
@@ -64,37 +65,34 @@ def test_deep_graphs_do_not_hit_the_recursion_limit() -> None:
     assert [cycle.size for cycle in found.cycles] == [length]
 
 
-def test_the_shipped_lifecycles_keep_a_way_out_and_declare_their_cycles() -> None:
-    for exploration in (MONITOR_EXPLORATION, OUTBOX_EXPLORATION):
-        result = explore(exploration, keep_graph=True)
-        assert result.graph is not None and not result.truncated
-        found = liveness(result.graph, exploration.accepted_cycles)
-        assert found.ok, exploration.lifecycle.name
-        assert found.cycles  # both poll or retry for as long as the outside world says
-        undeclared = liveness(result.graph, ())
-        assert undeclared.findings == tuple(attrs.evolve(c, accepted=None)
-                                            for c in found.cycles)
+def test_the_tasks_keep_a_way_out_and_declare_their_cycle() -> None:
+    result = explore(TASKS_EXPLORATION, keep_graph=True)
+    assert result.graph is not None and not result.truncated
+    found = liveness(result.graph, TASKS_EXPLORATION.accepted_cycles)
+    assert found.ok
+    assert found.cycles  # a running task renews its lease for as long as its handler runs
+    undeclared = liveness(result.graph, ())
+    assert undeclared.findings == tuple(attrs.evolve(c, accepted=None) for c in found.cycles)
 
 
 def test_every_edge_of_the_graph_is_kept() -> None:
-    result = explore(OUTBOX_EXPLORATION, keep_graph=True)
+    result = explore(TASKS_EXPLORATION, keep_graph=True)
     assert result.graph is not None
     assert sum(len(edges) for edges in result.graph.edges) == result.edges
     assert len(result.graph.final) == result.states
     initial, steps = result.graph.trace_to(result.states - 1)
-    assert initial in range(len(OUTBOX_EXPLORATION.initial())) and steps  # steps away
+    assert initial in range(len(TASKS_EXPLORATION.initial())) and steps  # steps away
 
 
 def test_the_auditor_page_shows_the_bounds_and_the_accepted_cycles() -> None:
     from lifecycles.diagrams_page import page
-    from lifecycles.machines.monitor import MONITOR
 
-    text = page(MONITOR, "", svg_name="m.svg", dot_name="m.dot", mermaid_name="m.mmd")
-    assert f"within these bounds: {MONITOR_EXPLORATION.bounds}" in text
-    counted = explore(MONITOR_EXPLORATION)
+    text = page(TASKS, "", svg_name="m.svg", dot_name="m.dot", mermaid_name="m.mmd")
+    assert f"within these bounds: {TASKS_EXPLORATION.bounds}" in text
+    counted = explore(TASKS_EXPLORATION)
     assert (f"Explored: {counted.states:,} states, {counted.edges:,} edges "
             f"({counted.refusals:,} refused), depth {counted.depth}, complete.") in text
     assert "## Cycles accepted without a final status" in text
-    for cycle in MONITOR_EXPLORATION.accepted_cycles:
+    for cycle in TASKS_EXPLORATION.accepted_cycles:
         triggers = ", ".join(f"`{t}`" for t in sorted(cycle.triggers))
         assert f"| {triggers} | {cycle.reason} |" in text

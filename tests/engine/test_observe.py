@@ -312,26 +312,38 @@ def test_a_lease_digest_is_eight_hex_digits_of_sha256() -> None:
     assert observe.lease_digest(None) is None
 
 
-def test_the_outbox_replay_logs_and_counts_its_exclusive_steps(
+def test_an_exclusive_pass_logs_and_counts_its_steps(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, reader: InMemoryMetricReader) -> None:
-    from lifecycles.outbox.facade import CloseOutbox, CloseRequest
+    """ExclusiveWork (the pass of a lifecycle without a lease: the outbox's replay), on the
+    tests' deliveries in a files store."""
+    from support.deliveries import (
+        DELIVERIES,
+        Message,
+        MessageInputs,
+        MessageStatus,
+        finish_delivery,
+    )
 
-    outbox = CloseOutbox(state_dir=tmp_path)
-    for i in range(2):
-        outbox.enqueue(CloseRequest(f"run-{i}", "tx", "complete", {"i": i}))
+    from lifecycles.stores.files import FilesStore
+    from lifecycles.worker_steps import ExclusiveWork
+
+    store = FilesStore(DELIVERIES, tmp_path / "messages")
+    for key in ("m0", "m1"):
+        store.insert(Message(key, MessageStatus.PENDING))
     caplog.set_level(logging.DEBUG, logger="lifecycles")
-    failing = CloseRequest("run-0", "tx", "complete", {"i": 0}).entry_id
-    outbox.replay(lambda item: 1 / 0 if item.entry_id == failing else None)
+    failing, delivered = "m0", "m1"
+    records = sorted(store.scan(), key=lambda m: m.message_id)
+    ExclusiveWork(DELIVERIES, "attempt", finish_delivery).run(
+        store, records, lambda m: 1 / 0 if m.message_id == failing else None, MessageInputs())
     logged = [(record.lifecycle_key, record.lifecycle_trigger,  # type: ignore[attr-defined]
                record.lifecycle_source, record.lifecycle_destination,  # type: ignore[attr-defined]
                record.lifecycle_error)  # type: ignore[attr-defined]
-              for record in caplog.records if record.name == "lifecycles.outbox"]
-    delivered = CloseRequest("run-1", "tx", "complete", {"i": 1}).entry_id
+              for record in caplog.records if record.name == "lifecycles.deliveries"]
     # Both intakes in one transaction, then both finishing steps in another.
     assert sorted(logged[:2]) == sorted([(failing, "attempt", "pending", "pending", None),
                                          (delivered, "attempt", "pending", "pending", None)])
     assert sorted(logged[2:]) == sorted([
-        (failing, "fail_delivery", "pending", "pending", "ZeroDivisionError"),
+        (failing, "fail", "pending", "pending", "ZeroDivisionError"),
         (delivered, "deliver", "pending", "delivered", None)])
     found = points(reader)
     assert sum(point.value for _, point in found["lifecycles.transitions"]) == 4

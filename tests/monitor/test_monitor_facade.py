@@ -39,6 +39,7 @@ from lifecycles.monitor.facade import (
     StorageBlocked,
     TerminalProcessingMonitorBlocked,
 )
+from lifecycles.stores.sqlite import connect
 
 CODE = "terminal_processing_monitor."
 
@@ -413,3 +414,16 @@ def test_a_monitor_refusal_raised_inside_the_reader_propagates_and_records_nothi
     refused("missing", lambda: monitor.run_once(nested, "w1", now=20))
     status = monitor.status("e0", now=20)
     assert (status.status, status.failures, status.last_error_code) == ("leased", 0, None)
+
+
+def test_a_monitor_on_a_worker_connection_writes_what_another_reads(tmp_path: Path) -> None:
+    path = tmp_path / "monitor.sqlite3"
+    writer = connect(path, synchronous="normal")
+    monitor = DurableTerminalProcessingMonitor(writer, CAPABILITIES)
+    monitor.register(*notification(0), now=10)
+    assert monitor.run_once(lambda e, s: {}, "w1", now=20) is not None  # a refused answer
+    reader = connect(path)
+    assert DurableTerminalProcessingMonitor(reader, CAPABILITIES).status(
+        "e0", now=20).status == "failed"
+    writer.close()
+    reader.close()

@@ -34,7 +34,11 @@ from lifecycles.invariants.monitor import (
     ReceiverStatus,
 )
 from lifecycles.invariants.monitor_messages import ANSWER_RULES, ANSWER_SHAPE, STATUS_SCHEMA
+from lifecycles.machines import checks
+from lifecycles.machines.blocks import Backoff
 from lifecycles.machines.declaration import TransitionRefused
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.liveness import liveness
 from lifecycles.machines.monitor import (
     MONITOR,
     AnswerRefused,
@@ -50,6 +54,7 @@ from lifecycles.machines.monitor import (
     retry_delay,
     trigger_for_answer,
 )
+from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
 
 CODE = "terminal_processing_monitor."
 CAPS = "c0ffee" + "0" * 58
@@ -405,6 +410,16 @@ def test_retry_delay_is_capped_exponential_backoff() -> None:
     assert retry_delay(policy, 0) == 5  # the exponent never goes negative
     odd = RetryPolicy(base_delay_seconds=0.75, max_delay_seconds=4)
     assert [retry_delay(odd, n) for n in range(1, 6)] == [0.75, 1.5, 3.0, 4, 4]
+
+
+def test_the_monitor_passes_every_definition_check() -> None:
+    for check in checks.DEFINITION_CHECKS:
+        check(MONITOR)
+
+
+def test_the_default_retry_delay_is_the_backoff_block_with_base_5_cap_300() -> None:
+    backoff = Backoff(base=5.0, cap=300.0)
+    assert all(backoff.delay(n) == retry_delay(RetryPolicy(), n) for n in range(1, 60))
 
 
 @pytest.mark.parametrize(
@@ -890,3 +905,14 @@ def test_complete_with_answer_fires_through_the_given_fire() -> None:
     bad = parse_answer(response_for(LEASED, "retry_wait", last_error_code=None), LEASED, CAPS)
     complete_with_answer(LEASED, bad, held(T0 + 1), fire)
     assert calls == ["observe_progress", "fail_attempt"]
+
+
+def test_the_monitor_keeps_a_way_out_and_declares_its_cycles() -> None:
+    """No stuck state, only declared cycles; taken away, each declaration is a finding."""
+    result = explore(MONITOR_EXPLORATION, keep_graph=True)
+    assert result.graph is not None and not result.truncated
+    found = liveness(result.graph, MONITOR_EXPLORATION.accepted_cycles)
+    assert found.ok
+    assert found.cycles  # it polls for as long as the receiver says
+    undeclared = liveness(result.graph, ())
+    assert undeclared.findings == tuple(attrs.evolve(c, accepted=None) for c in found.cycles)

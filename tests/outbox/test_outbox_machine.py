@@ -10,6 +10,8 @@ import pytest
 from lifecycles.invariants.core import InvariantViolation
 from lifecycles.invariants.outbox import OutboxRecord, OutboxStatus, entry_id_for, intent_digest
 from lifecycles.machines.declaration import TransitionRefused
+from lifecycles.machines.exhaustive import explore
+from lifecycles.machines.liveness import liveness
 from lifecycles.machines.outbox import (
     CONFLICT,
     NOT_ALLOWED,
@@ -22,6 +24,7 @@ from lifecycles.machines.outbox import (
     is_tail_of_a_move,
     pending_copy_fate,
 )
+from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION
 from lifecycles.registry import registered
 
 T0 = "2026-05-01T10:00:00+00:00"
@@ -221,3 +224,14 @@ def test_an_identity_with_quarantined_material_is_refused() -> None:
     assert not identity_quarantined(None, material_in_quarantine=False)
     assert not identity_quarantined(pending(), material_in_quarantine=True)
     assert not identity_quarantined(delivered(), material_in_quarantine=False)
+
+
+def test_the_outbox_keeps_a_way_out_and_declares_its_cycles() -> None:
+    """No stuck state, only declared cycles; taken away, each declaration is a finding."""
+    result = explore(OUTBOX_EXPLORATION, keep_graph=True)
+    assert result.graph is not None and not result.truncated
+    found = liveness(result.graph, OUTBOX_EXPLORATION.accepted_cycles)
+    assert found.ok
+    assert found.cycles  # it retries for as long as the delivery fails
+    undeclared = liveness(result.graph, ())
+    assert undeclared.findings == tuple(attrs.evolve(c, accepted=None) for c in found.cycles)

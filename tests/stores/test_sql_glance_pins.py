@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 from support.postgres import Connect, pg_connect, pg_schema
+from support.tasks import TASKS, TaskInputs, new_task
 
 from lifecycles.machines import lease
-from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.stores.postgres import PostgresStore
 from lifecycles.stores.sqlite import SQLiteStore
 
@@ -29,11 +29,8 @@ __all__ = ["pg_connect", "pg_schema"]  # fixtures, used by name
 NOW = 200.0
 
 
-def registered(event_id: str = "e001") -> Any:
-    return new_record(
-        event_id=event_id, notification_id=f"n-{event_id}", site_id="site",
-        terminal_status="published", notification_sha256="b" * 64, max_failures=3, now=100.0,
-    )
+def queued(task_id: str = "t001") -> Any:
+    return new_task(task_id, now=100.0)
 
 
 @pytest.fixture
@@ -57,16 +54,16 @@ def statements_during(connection: sqlite3.Connection, call: Any) -> tuple[Any, l
 def test_on_sqlite_outside_a_transaction_the_glance_reads_once(
     connection: sqlite3.Connection,
 ) -> None:
-    store = SQLiteStore(MONITOR, connection)
-    due = store.insert(registered())
+    store = SQLiteStore(TASKS, connection)
+    due = store.insert(queued())
     glance, ran = statements_during(connection, lambda: store.glance(NOW))
     assert glance == lease.Glance(expired=False, first_due=due)
     assert len(ran) == 1 and ran[0].startswith("SELECT EXISTS")
 
 
 def test_inside_a_transaction_there_is_no_glance(connection: sqlite3.Connection) -> None:
-    store = SQLiteStore(MONITOR, connection)
-    store.insert(registered())
+    store = SQLiteStore(TASKS, connection)
+    store.insert(queued())
     with store.transaction():
         glance, ran = statements_during(connection, lambda: store.glance(NOW))
         assert glance is None and ran == []
@@ -81,7 +78,7 @@ def test_a_store_that_never_verified_its_schema_does_not_glance(
     """A store whose opening failed before its schema was confirmed (here a hook of a
     subclass raises after the schema was ensured) reads nothing outside a transaction,
     even with a valid table and a due record behind it."""
-    SQLiteStore(MONITOR, connection).insert(registered())
+    SQLiteStore(TASKS, connection).insert(queued())
     unfinished: list[SQLiteStore[Any]] = []
 
     class FailsToOpen(SQLiteStore[Any]):
@@ -90,7 +87,7 @@ def test_a_store_that_never_verified_its_schema_does_not_glance(
             raise RuntimeError("the opening fails here")
 
     with pytest.raises(RuntimeError, match="the opening fails here"):
-        FailsToOpen(MONITOR, connection)
+        FailsToOpen(TASKS, connection)
     (store,) = unfinished
     glance, ran = statements_during(connection, lambda: store.glance(NOW))
     assert glance is None and ran == []
@@ -100,9 +97,9 @@ def test_a_store_that_never_verified_its_schema_does_not_glance(
 def test_on_postgresql_there_is_no_glance(pg_connect: Connect) -> None:
     """PostgreSQL claims in one statement instead (``claim_in_place``), row locks and
     all: a glance would read without them."""
-    store = PostgresStore(MONITOR, pg_connect())
-    store.insert(registered())
+    store = PostgresStore(TASKS, pg_connect())
+    store.insert(queued())
     assert store.glance(NOW) is None
     claimed = store.claim(
-        MonitorInputs(now=NOW, worker_id="w-1", lease_token="t1", lease_seconds=30.0))
+        TaskInputs(now=NOW, worker_id="w-1", lease_token="t1", lease_seconds=30.0))
     assert claimed is not None and claimed.lease_token == "t1"

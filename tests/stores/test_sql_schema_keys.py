@@ -3,7 +3,8 @@ it when it lacks its key or has other columns, on SQLite and PostgreSQL.
 
 The store's insert is idempotent through ``ON CONFLICT`` on the key, and every
 compare-and-set is one row's because the key is unique; a table made by hand without
-the key would take a second row for one key. The monitor's own tables are tested in
+the key would take a second row for one key. The store is the tests' leased tasks'
+(tests/support/tasks.py); the monitor's own tables are tested in
 tests/monitor/test_monitor_legacy_schema.py.
 """
 
@@ -15,8 +16,8 @@ from typing import Any
 
 import pytest
 from support.postgres import Connect, pg_connect, pg_schema
+from support.tasks import TASKS
 
-from lifecycles.machines.monitor import MONITOR
 from lifecycles.stores.base import SchemaMismatch
 from lifecycles.stores.sql_dialect import Dialect
 from lifecycles.stores.sql_schema import SQLSchema
@@ -24,7 +25,7 @@ from lifecycles.stores.sqlite import SQLiteStore
 
 __all__ = ["pg_connect", "pg_schema"]  # fixtures, used by name
 
-SCHEMA = SQLSchema(MONITOR)
+SCHEMA = SQLSchema(TASKS)
 
 
 def table_without_key(dialect: Dialect, *, extra_column: bool = False) -> str:
@@ -50,10 +51,10 @@ def test_sqlite_refuses_an_existing_table_before_creating_its_indexes(
     connection.execute(table_without_key(SQLiteStore.dialect, extra_column=extra_column))
     before = catalogue(connection)
     with pytest.raises(SchemaMismatch) as refused:
-        SQLiteStore(MONITOR, connection)
+        SQLiteStore(TASKS, connection)
     assert refused.value.code == "lifecycles.schema_altered"
     expected = (f"{SCHEMA.table} has other columns note" if extra_column
-                else f"{SCHEMA.table} does not keep event_id unique")
+                else f"{SCHEMA.table} does not keep task_id unique")
     assert str(refused.value).startswith(expected)
     assert catalogue(connection) == before
 
@@ -61,10 +62,10 @@ def test_sqlite_refuses_an_existing_table_before_creating_its_indexes(
 def test_sqlite_opens_an_existing_table_once_its_key_is_added(tmp_path: Path) -> None:
     connection = sqlite3.connect(tmp_path / "generic.db", isolation_level=None)
     connection.execute(table_without_key(SQLiteStore.dialect))
-    connection.execute(f"CREATE UNIQUE INDEX generic_key ON {SCHEMA.table} (event_id)")
-    store = SQLiteStore(MONITOR, connection)
+    connection.execute(f"CREATE UNIQUE INDEX generic_key ON {SCHEMA.table} (task_id)")
+    store = SQLiteStore(TASKS, connection)
     assert store.count_by_status() == dict.fromkeys(
-        (status.value for status in MONITOR.statuses), 0
+        (status.value for status in TASKS.statuses), 0
     )
 
 
@@ -79,9 +80,9 @@ def test_postgres_refuses_an_existing_table_before_creating_its_indexes(
     connection.execute(table_without_key(PostgresStore.dialect, extra_column=extra_column))
     indexes = "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
     with pytest.raises(SchemaMismatch) as refused:
-        PostgresStore(MONITOR, pg_connect())
+        PostgresStore(TASKS, pg_connect())
     assert refused.value.code == "lifecycles.schema_altered"
     expected = (f"{SCHEMA.table} has other columns ('note', 'text')" if extra_column
-                else f"{SCHEMA.table} does not keep event_id unique")
+                else f"{SCHEMA.table} does not keep task_id unique")
     assert str(refused.value).startswith(expected)
     assert connection.execute(indexes).fetchall() == []

@@ -2,8 +2,9 @@
 
 The store contract itself is tested on every store by test_conformance.py; here is
 what the split of issue 11 promises: ``stores/`` imports no particular lifecycle
-(parsed with ``ast``, not grepped), the monitor's reference schema renders its status
-lists from the table, and SQLite and PostgreSQL differ only by their dialects.
+(parsed with ``ast``, not grepped), and a generic schema derives its table from the record
+(the tests' tasks'). The monitor's reference schema is tested in
+tests/monitor/test_monitor_reference_schema.py.
 """
 
 from __future__ import annotations
@@ -12,15 +13,10 @@ import ast
 from pathlib import Path
 
 import attrs
-import pytest
+from support.tasks import TASKS
 
-from lifecycles.machines import lease
-from lifecycles.machines.monitor import MONITOR
-from lifecycles.monitor.schema import QUERIES, MonitorSchema, parse_named_blocks, render
 from lifecycles.registry import registered
-from lifecycles.stores.postgres_dialect import PostgresDialect
 from lifecycles.stores.sql_schema import SQLSchema
-from lifecycles.stores.sqlite import SQLiteDialect
 
 STORES = Path(__file__).resolve().parents[2] / "stores"
 
@@ -72,40 +68,10 @@ def test_the_import_check_sees_what_it_looks_for(tmp_path: Path) -> None:
     assert "lifecycles.machines.monitor" in lifecycle_modules()
 
 
-# --- the monitor's schema, as named blocks ---------------------------------------------
-
-
-def test_named_blocks_parse_once_and_refuse_a_repeated_name() -> None:
-    assert parse_named_blocks("-- head\n-- name: a\n-- what a is\nSELECT 1\n") == {
-        "a": "SELECT 1"
-    }
-    with pytest.raises(ValueError, match="two SQL blocks"):
-        parse_named_blocks("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
-    assert {"create_meta", "bind_meta", "create_table"} <= set(QUERIES)
-
-
-@pytest.mark.parametrize("dialect", [SQLiteDialect(), PostgresDialect()], ids=lambda d: d.name)
-def test_status_lists_in_the_schema_come_from_the_table(dialect: SQLiteDialect) -> None:
-    create = render("create_table", dialect)
-    statuses = ", ".join(f"'{status.value}'" for status in MONITOR.statuses)
-    assert f"status IN ({statuses})" in create
-    assert f"status = '{lease.leased_status(MONITOR)}'" in create
-    for status in MONITOR.statuses:  # typed nowhere in the SQL text itself
-        assert f"'{status.value}'" not in "\n".join(QUERIES.values())
-
-
-def test_the_claim_order_index_and_due_query_name_the_claimable_statuses() -> None:
-    claimable = lease.claimable_statuses(MONITOR)
-    index = PostgresDialect().claim_order_index(MonitorSchema("c" * 64))
-    assert index is not None
-    assert index.endswith(f"IN ({', '.join(repr(s) for s in claimable)})")
-
-
 def test_a_generic_schema_derives_its_table_from_the_record() -> None:
-    schema = SQLSchema(MONITOR)
-    assert schema.table == "lifecycle_monitor" and schema.code_prefix == "lifecycles."
-    assert schema.column_names == tuple(f.name for f in attrs.fields(MONITOR.record_type))
+    schema = SQLSchema(TASKS)
+    assert schema.table == "lifecycle_tasks" and schema.code_prefix == "lifecycles."
+    assert schema.column_names == tuple(f.name for f in attrs.fields(TASKS.record_type))
     kinds = {column.name: column.kind for column in schema.columns}
-    assert kinds["created_at"] == "real" and kinds["failures"] == "bigint"
+    assert kinds["available_at"] == "real" and kinds["attempts"] == "bigint"
     assert kinds["status"] == "text"
-    assert MonitorSchema("c" * 64).columns[6].kind == "integer"  # the reference's width

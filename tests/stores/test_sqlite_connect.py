@@ -1,5 +1,6 @@
 """``lifecycles.stores.sqlite.connect``: a SQLite connection set up for workers, with the
-durability the caller chose, usable by any store and by the monitor."""
+durability the caller chose, usable by any store (the tests' tasks here; the monitor on it
+is tested in tests/monitor/test_monitor_facade.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.monitor import CAPABILITIES, notification
+from support.tasks import TASKS, TaskInputs, new_task
 
-from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 from lifecycles.stores.base import StoreUnavailable
-from lifecycles.stores.sqlite import connect
+from lifecycles.stores.sqlite import SQLiteStore, connect
 
 SYNCHRONOUS_LEVELS = {"off": 0, "normal": 1, "full": 2, "extra": 3}
 
@@ -40,15 +40,15 @@ def test_each_setting_is_applied(tmp_path: Path, synchronous: str, journal_mode:
     connection.close()
 
 
-def test_a_monitor_on_it_writes_what_another_connection_reads(tmp_path: Path) -> None:
-    path = tmp_path / "monitor.sqlite3"
+def test_a_store_on_it_writes_what_another_connection_reads(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.sqlite3"
     writer = connect(path, synchronous="normal")
-    monitor = DurableTerminalProcessingMonitor(writer, CAPABILITIES)
-    monitor.register(*notification(0), now=10)
-    assert monitor.run_once(lambda e, s: {}, "w1", now=20) is not None  # a refused answer
+    store = SQLiteStore(TASKS, writer)
+    store.insert(new_task("t-1", now=10.0))
+    claimed = store.claim(TaskInputs(now=20.0, worker_id="w1", lease_token="lease-1"))
+    assert claimed is not None
     reader = connect(path)
-    assert DurableTerminalProcessingMonitor(reader, CAPABILITIES).status(
-        "e0", now=20).status == "failed"
+    assert SQLiteStore(TASKS, reader).get("t-1") == claimed
     writer.close()
     reader.close()
 

@@ -1,6 +1,6 @@
 """Concurrency stress for the monitor: worker processes, each with several workers.
 
-Used at small scale by tests/stores/test_stress.py and at full scale by
+Used at small scale by tests/monitor/test_monitor_stress.py and at full scale by
 benchmarks/bench_stress.py. Run as a script it is one worker process (the parent
 starts several, SIGKILLs one mid-lease and starts a replacement); imported, it is the
 harness: :func:`prepare` builds the database and its audit trail, :func:`run` runs the

@@ -1,11 +1,12 @@
 """A leased task lifecycle made for the framework's own tests: the worker, the lease
 protocol and the stores are tested on it, not through the shipped monitor and outbox.
 
-A task waits (``queued``) until it is due, is leased to a worker (``running``), and ends
-``succeeded`` or, once its attempts are spent or a failure is permanent, ``failed``; a
-failed attempt or an expired lease puts it back in the queue with a backoff. A running
-task's lease may be renewed by its holder. Its invariants are expressions, so that a SQL
-store can check them on its side too (PostgreSQL's claims, batch claims and health).
+A task waits (``queued``) until it is due, is leased to a worker (``running``) while an
+attempt is left, and ends ``succeeded`` or, once its attempts are spent or a failure is
+permanent, ``failed``; a failed attempt or an expired lease puts it back in the queue with
+a backoff. A running task's lease may be renewed by its holder. Its invariants are
+expressions, so that a SQL store can check them on its side too (PostgreSQL's claims,
+batch claims and health).
 """
 
 from __future__ import annotations
@@ -87,6 +88,14 @@ R, I = Task, TaskInputs  # noqa: E741 - short names keep the guards on one line
 def is_due(r: R, i: I) -> bool:
     """The task is due: available_at <= now."""
     return r.available_at <= i.now
+
+
+@guard(CODE + "no_attempt_left")
+def an_attempt_is_left(r: R, i: I) -> bool:
+    """An attempt is left: attempts < max_attempts. A queued task may have none left
+    when its max_attempts was lowered by hand; a claim passes it over, so the tests of
+    the lease protocol have a due candidate whose claim is refused."""
+    return r.attempts < r.max_attempts
 
 
 @guard(CODE + "lease_lost")
@@ -205,8 +214,8 @@ def renewal_keeps_the_token(before: R, after: R) -> bool:
 
 
 TABLE: list[dict[str, Any]] = [
-    {"trigger": "claim", "source": "queued", "dest": "running", "conditions": ["is_due"],
-     "after": "take_lease"},
+    {"trigger": "claim", "source": "queued", "dest": "running",
+     "conditions": ["is_due", "an_attempt_is_left"], "after": "take_lease"},
     {"trigger": "renew", "source": "running", "dest": "running",
      "conditions": ["lease_is_held", "lease_is_live"], "after": "extend_lease"},
     {"trigger": "succeed", "source": "running", "dest": "succeeded",
@@ -230,8 +239,8 @@ TASKS: Lifecycle[Task, TaskInputs] = Lifecycle(
     description="A task leased to a worker, retried with a backoff, renewed while it runs.",
     statuses=TaskStatus, table=TABLE, initial=TaskStatus.QUEUED,
     final=[TaskStatus.SUCCEEDED, TaskStatus.FAILED], creation="submit",
-    guards=[is_due, lease_is_held, lease_is_live, lease_has_expired, attempts_remain,
-            retry_allowed],
+    guards=[is_due, an_attempt_is_left, lease_is_held, lease_is_live, lease_has_expired,
+            attempts_remain, retry_allowed],
     effects=[take_lease, extend_lease, end_lease, schedule_retry, give_up, retry_after_expiry,
              give_up_after_expiry],
     invariants=InvariantSet(CODE + "state_invalid",
