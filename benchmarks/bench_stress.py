@@ -10,7 +10,7 @@ synchronous=FULL) and on PostgreSQL (``--dsn``, default ``$LIFECYCLES_TEST_POSTG
 in a throw-away schema). One process reads so slowly that its leases expire and are
 recovered by others; it is SIGKILLed mid-lease and replaced. Every lease grant is
 audited in the claim's own transaction, and the whole history is then checked as in
-tests/stores/test_stress.py (no shared lease, no lost item, no stale completion accepted).
+tests/monitor/test_monitor_stress.py (no shared lease, no lost item, no stale completion accepted).
 
 Throughput is accepted completions (claim + complete cycles) per second of wall time,
 from the workers' start until every item is final; it includes the slow process, the
