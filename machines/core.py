@@ -22,6 +22,7 @@ from lifecycles.invariants.core import InvariantSet
 from lifecycles.machines.builders import builder
 from lifecycles.machines.checks import run_definition_checks
 from lifecycles.machines.declaration import (
+    DefinitionError,
     Effect,
     Guard,
     Lease,
@@ -68,12 +69,16 @@ class Lifecycle(Engine[R, I]):
         description: str = "",
         status_meanings: Mapping[str, str] | None = None,
         beside_the_table: Sequence[Callable[..., Any]] = (),
-        module: str,
+        module: str | None = None,
         declared_in: Sequence[str] = (),
     ) -> None:
         # The module that declares the table (``module=__name__``), and the modules where
         # the tools find what is declared beside it (its Exploration, audit notes, an
         # app's hooks): names, not imports, since those modules import the table.
+        if not isinstance(module, str) or not module:
+            raise DefinitionError(
+                "module_declared", f"{name}: pass module=__name__, the module that declares "
+                "the table: the tools find what is declared beside it from there")
         self.module = module
         self.declared_in = tuple(declared_in)
 

@@ -160,6 +160,18 @@ def test_every_definition_check_has_a_test_here() -> None:
         assert check.__doc__, f"{check.__name__} needs a docstring saying its rule"
 
 
+@pytest.mark.parametrize("module", [None, ""], ids=["missing", "empty"])
+def test_a_lifecycle_must_name_the_module_declaring_it(module: str | None) -> None:
+    arguments = declaration(module=module)
+    if module is None:
+        del arguments["module"]
+    with pytest.raises(DefinitionError) as refused:
+        Lifecycle(**arguments)
+    assert refused.value.check == "module_declared"
+    assert refused.value.code == "lifecycles.definition_invalid"
+    assert "demo: pass module=__name__" in str(refused.value)
+
+
 def test_a_valid_lifecycle_passes_every_check(monkeypatch: pytest.MonkeyPatch) -> None:
     lifecycle: Lifecycle[JobRecord, object] = Lifecycle(**declaration())
     for check in checks.DEFINITION_CHECKS:
