@@ -9,6 +9,7 @@ tests/monitor/test_monitor_exploration_memo.py.
 from __future__ import annotations
 
 import attrs
+from support.observers import Counting
 from support.tasks_inputs import EXPLORATION, claims
 
 from lifecycles.machines.exhaustive import explore
@@ -33,20 +34,6 @@ def test_a_memo_starts_again_empty_when_full_and_never_confuses_two_objects() ->
     assert by_identity.get(first, "k", lambda: 1) == 1
     assert by_identity.get(second, "k", lambda: 2) == 2
     assert by_identity.get(first, "k", lambda: 3) == 1
-
-
-class Counting:
-    """An observer of the tasks besides the search's own."""
-
-    def __init__(self) -> None:
-        self.attempts = 0
-        self.rows = 0
-
-    def attempted(self, lifecycle: object, trigger: str, record: object, inputs: object) -> None:
-        self.attempts += 1
-
-    def fired(self, lifecycle: object, row: object, before: object, after: object) -> None:
-        self.rows += 1
 
 
 def test_a_repeated_fire_is_told_to_every_observer_as_the_engine_tells_it() -> None:

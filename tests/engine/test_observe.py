@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from support.metrics import points, recording
 from support.tasks import TASKS, Task, new_task
 
 from lifecycles import observe
@@ -59,14 +59,8 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store
 @pytest.fixture
 def reader() -> Iterator[InMemoryMetricReader]:
     """The SDK's in-memory reader, on a provider lifecycles records through."""
-    found = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[found])
-    observe.use_meter_provider(provider)
-    try:
+    with recording() as found:
         yield found
-    finally:
-        observe.use_meter_provider(None)
-        provider.shutdown()
 
 
 class Clock:
@@ -75,19 +69,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any], Any]]]:
-    """Every metric collected, by name: (attributes, the data point) pairs."""
-    found: dict[str, list[tuple[dict[str, Any], Any]]] = {}
-    data = reader.get_metrics_data()
-    assert data is not None
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                found.setdefault(metric.name, []).extend(
-                    (dict(point.attributes or {}), point) for point in metric.data.data_points)
-    return found
 
 
 def counts(reader_points: list[tuple[dict[str, Any], Any]]) -> dict[tuple[Any, ...], int]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import attrs
 import pytest
+from support.observers import Counting
 
 from lifecycles.machines.exhaustive import explore
 from lifecycles.machines.memo import memoized
@@ -68,20 +69,6 @@ def test_each_answer_parsed_once_is_the_one_parsed_afresh() -> None:
                     assert once.failure(choice) == (code, retryable, attrs.evolve(
                         choice.inputs, error_code=code, retryable=retryable))
     assert polls > 10_000 and failures > 1_000
-
-
-class Counting:
-    """An observer of the monitor besides the search's own."""
-
-    def __init__(self) -> None:
-        self.attempts = 0
-        self.rows = 0
-
-    def attempted(self, lifecycle: object, trigger: str, record: object, inputs: object) -> None:
-        self.attempts += 1
-
-    def fired(self, lifecycle: object, row: object, before: object, after: object) -> None:
-        self.rows += 1
 
 
 def test_a_repeated_fire_is_told_to_every_observer_as_the_engine_tells_it() -> None:

@@ -7,40 +7,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from support.metrics import points, recording
 
-from lifecycles import observe
 from lifecycles.outbox.facade import CloseOutbox, CloseRequest
 
 
 @pytest.fixture
 def reader() -> Iterator[InMemoryMetricReader]:
     """The SDK's in-memory reader, on a provider lifecycles records through."""
-    found = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[found])
-    observe.use_meter_provider(provider)
-    try:
+    with recording() as found:
         yield found
-    finally:
-        observe.use_meter_provider(None)
-        provider.shutdown()
-
-
-def points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any], Any]]]:
-    """Every metric collected, by name: (attributes, the data point) pairs."""
-    found: dict[str, list[tuple[dict[str, Any], Any]]] = {}
-    data = reader.get_metrics_data()
-    assert data is not None
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                found.setdefault(metric.name, []).extend(
-                    (dict(point.attributes or {}), point) for point in metric.data.data_points)
-    return found
 
 
 def test_the_outbox_replay_logs_and_counts_its_exclusive_steps(
