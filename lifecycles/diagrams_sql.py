@@ -23,6 +23,7 @@ from lifecycles.stores.sqlite import SQLiteDialect
 
 AnyLifecycle = Lifecycle[Any, Any]
 
+
 def sql_files(name: str, lifecycle: AnyLifecycle) -> dict[str, bytes]:
     """The SQL files of ``lifecycle`` (drawn under ``name``), by file name; none for a
     lifecycle no SQL store keeps."""
