@@ -64,13 +64,13 @@ os.environ.setdefault(
 from support.monitor import CAPABILITIES, notification
 from support.tasks import TASKS, Task, TaskInputs, new_task
 
+from lifecycles._worker import Idle, Worker
 from lifecycles.machines import lease
 from lifecycles.machines.monitor import MONITOR, new_record
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
 from lifecycles.monitor.schema import MonitorSchema
-from lifecycles.stores.base import Store
-from lifecycles.stores.sql import SQLStore
-from lifecycles.worker import Idle, Worker
+from lifecycles.stores._base import Store
+from lifecycles.stores._sql import SQLStore
 
 DSN_VARIABLE = "LIFECYCLES_TEST_POSTGRES_DSN"
 LOCAL_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -133,7 +133,7 @@ def unnest_insert(store: Any, records: Sequence[Any]) -> list[Any]:
     """The set-based insert fed by one binary array per column instead of ``COPY``: the
     alternative measured (psycopg dumps arrays element by element in Python; ``COPY``
     formats its rows in C)."""
-    from lifecycles.stores.postgres_batch import _columns, batches
+    from lifecycles.stores._postgres_batch import _columns, batches
 
     batches(store)  # registers the binary dumper on the connection
     names = store.schema.column_names

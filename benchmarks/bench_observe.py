@@ -45,9 +45,9 @@ from support.tasks import TASKS, new_task
 
 import lifecycles.monitor as lifecycles_monitor
 from lifecycles import observe
+from lifecycles._worker import Worker
+from lifecycles._worker_steps import LeaseWork
 from lifecycles.stores.sqlite import SQLiteStore
-from lifecycles.worker import Worker
-from lifecycles.worker_steps import LeaseWork
 
 TARGET = 0.97
 

@@ -33,7 +33,7 @@ os.environ.setdefault(
 from support.monitor import records_in_every_status
 from support.reference import load_reference
 
-from lifecycles.invariants.core import build_record
+from lifecycles.invariants._core import build_record
 from lifecycles.invariants.monitor import MONITOR_INVARIANTS, STATE_INVALID, MonitorRecord
 from lifecycles.machines.monitor import MONITOR
 

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_wakeup.py [--rounds N] [--poll-interval S]
 
-A worker (``lifecycles.worker.Worker``) runs in a thread of its own process on the task
+A worker (``lifecycles._worker.Worker``) runs in a thread of its own process on the task
 lifecycle of the tests (tests/support/tasks.py) and has found nothing due; the
 benchmark then inserts one record from another connection, at a random moment, and
 records how long until the handler starts (the handler reads the clock first thing).
@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from support.tasks import TASKS, Task, new_task
 
-from lifecycles.stores.base import Store
+from lifecycles._worker import Idle, Worker
+from lifecycles._worker_lease import HeldLease
+from lifecycles.stores._base import Store
 from lifecycles.stores.sqlite import SQLiteStore
-from lifecycles.worker import Idle, Worker
-from lifecycles.worker_lease import HeldLease
 
 DSN_VARIABLE = "LIFECYCLES_TEST_POSTGRES_DSN"
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"

@@ -46,7 +46,7 @@ from typing import Any
 
 from lifecycles.machines import lease
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, poll_step, read_answer
-from lifecycles.stores.sql_claim import numbered
+from lifecycles.stores._sql_claim import numbered
 
 Receiver = Callable[[str, str], Any]
 
@@ -328,8 +328,8 @@ class VerifiedPostgres:
                  guards: bool = True) -> None:
         import psycopg
 
-        from lifecycles.stores.sql_claim import verdict
-        from lifecycles.stores.sql_lease import expired_clause
+        from lifecycles.stores._sql_claim import verdict
+        from lifecycles.stores._sql_lease import expired_clause
 
         self.checks = checks
         store = checks.store

@@ -7,7 +7,7 @@ edges/s of the search at the default bounds (max_failures 1..3) and at 1..``--hi
 
 Then the per-edge breakdown at 1..``--high``: the same work the search does, timed part
 by part on the states it reached, with no observer attached unless the part is one. The
-search fires each (trigger, inputs) once per state (:class:`~lifecycles.machines.memo.
+search fires each (trigger, inputs) once per state (:class:`~lifecycles.machines._memo.
 Repeats`): the engine's parts are timed on those distinct fires, as the search runs them.
 
 * ``choices``: each move's ``choices(record)`` (memoized), once per state and move;
@@ -36,10 +36,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lifecycles.machines.coverage import Coverage
-from lifecycles.machines.exhaustive import explore
-from lifecycles.machines.exploration import Exploration, _Fired
-from lifecycles.machines.memo import Repeats
+from lifecycles.machines._coverage import Coverage
+from lifecycles.machines._exhaustive import explore
+from lifecycles.machines._exploration import Exploration, _Fired
+from lifecycles.machines._memo import Repeats
 from lifecycles.machines.monitor.inputs import monitor_exploration
 
 

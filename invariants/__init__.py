@@ -3,43 +3,51 @@
 # Not typing.TYPE_CHECKING: importing typing costs milliseconds nothing here needs.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from lifecycles.invariants.core import (
+    from lifecycles.invariants._core import (
         FieldRule,
         FieldRuleViolation,
         Invariant,
         InvariantSet,
         InvariantViolation,
         build_record,
+        canonical_json,
         expressed,
         field_rules,
         finite_time,
         integer_between,
         invariant,
+        is_integer,
+        is_time,
         matches,
+        non_negative_integer,
         one_of,
         step_invariant,
     )
-    from lifecycles.invariants.expressions import Expr, Fields
+    from lifecycles.invariants._expressions import Expr, Fields
 
 # Each public name and the module that defines it. Nothing is imported until a name is
 # used, so importing the package stays cheap (no driver, no checker, no Hypothesis).
 _DEFINED_IN: dict[str, str] = {
-    "Expr": "lifecycles.invariants.expressions",
-    "FieldRule": "lifecycles.invariants.core",
-    "FieldRuleViolation": "lifecycles.invariants.core",
-    "Fields": "lifecycles.invariants.expressions",
-    "Invariant": "lifecycles.invariants.core",
-    "InvariantSet": "lifecycles.invariants.core",
-    "InvariantViolation": "lifecycles.invariants.core",
-    "build_record": "lifecycles.invariants.core",
-    "expressed": "lifecycles.invariants.core",
-    "field_rules": "lifecycles.invariants.core",
-    "finite_time": "lifecycles.invariants.core",
-    "integer_between": "lifecycles.invariants.core",
-    "invariant": "lifecycles.invariants.core",
-    "matches": "lifecycles.invariants.core",
-    "one_of": "lifecycles.invariants.core",
-    "step_invariant": "lifecycles.invariants.core",
+    "Expr": "lifecycles.invariants._expressions",
+    "FieldRule": "lifecycles.invariants._core",
+    "FieldRuleViolation": "lifecycles.invariants._core",
+    "Fields": "lifecycles.invariants._expressions",
+    "Invariant": "lifecycles.invariants._core",
+    "InvariantSet": "lifecycles.invariants._core",
+    "InvariantViolation": "lifecycles.invariants._core",
+    "build_record": "lifecycles.invariants._core",
+    "canonical_json": "lifecycles.invariants._core",
+    "expressed": "lifecycles.invariants._core",
+    "field_rules": "lifecycles.invariants._core",
+    "finite_time": "lifecycles.invariants._core",
+    "integer_between": "lifecycles.invariants._core",
+    "invariant": "lifecycles.invariants._core",
+    "is_integer": "lifecycles.invariants._core",
+    "is_time": "lifecycles.invariants._core",
+    "matches": "lifecycles.invariants._core",
+    "non_negative_integer": "lifecycles.invariants._core",
+    "one_of": "lifecycles.invariants._core",
+    "step_invariant": "lifecycles.invariants._core",
 }
 
 __all__ = [
@@ -51,12 +59,16 @@ __all__ = [
     "InvariantSet",
     "InvariantViolation",
     "build_record",
+    "canonical_json",
     "expressed",
     "field_rules",
     "finite_time",
     "integer_between",
     "invariant",
+    "is_integer",
+    "is_time",
     "matches",
+    "non_negative_integer",
     "one_of",
     "step_invariant",
 ]

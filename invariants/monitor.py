@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import (
+from lifecycles.invariants._core import (
     FieldRule,
     InvariantSet,
     expressed,
@@ -30,7 +30,7 @@ from lifecycles.invariants.core import (
     one_of,
     step_invariant,
 )
-from lifecycles.invariants.expressions import (
+from lifecycles.invariants._expressions import (
     Expr,
     Fields,
     Length,
@@ -41,6 +41,67 @@ from lifecycles.invariants.expressions import (
     int_not_bool,
     str_exactly,
 )
+
+__all__ = [
+    "COLUMNS",
+    "DAY_SECONDS",
+    "LEASE_FIELDS",
+    "MAX_BATCH",
+    "MONITOR_INVARIANTS",
+    "RECEIVER_BUNDLE",
+    "REGISTRATION_IDENTITY",
+    "RESPONSE_INVALID",
+    "STATE_INVALID",
+    "TERMINAL_STATUSES",
+    "MonitorRecord",
+    "MonitorStatus",
+    "ReceiverStatus",
+    "batch_limit",
+    "capabilities_rule",
+    "claim_mints_a_new_lease_token",
+    "claimed_only_when_due",
+    "count",
+    "delay",
+    "duration",
+    "error_code",
+    "error_code_iff_waiting_or_failed",
+    "event_id_rule",
+    "exact_str",
+    "failed_has_error_code",
+    "failure_bound",
+    "failures_reset_only_by_an_answer",
+    "failures_within_max",
+    "final_records_never_change",
+    "lease_duration",
+    "lease_ends_by_its_holder_or_by_expiry",
+    "lease_expired_flag",
+    "lease_fields_iff_leased",
+    "lost_lease_fails_only_the_last_failure",
+    "monitor_status",
+    "optional_integer",
+    "poll_attempts_never_decrease",
+    "poll_interval",
+    "polls_cover_failures",
+    "reader_rule",
+    "receiver_attempts_consistent",
+    "receiver_error_iff_receiver_waiting_or_failed",
+    "receiver_lease_expired_only_when_leased",
+    "receiver_lease_iff_receiver_leased",
+    "receiver_processed_iff_receiver_succeeded",
+    "receiver_status",
+    "receiver_status_has_bundle",
+    "registering_again_changes_nothing",
+    "retryable_failure_retried",
+    "same_notification",
+    "sha256_hex",
+    "succeeded_iff_receiver_succeeded",
+    "terminal_status",
+    "time",
+    "token",
+    "updated_not_before_created",
+    "watching_means_receiver_unfinished",
+    "worker_id_rule",
+]
 
 STATE_INVALID = "terminal_processing_monitor.state_invalid"
 RESPONSE_INVALID = "terminal_processing_monitor.response_invalid"
@@ -189,7 +250,7 @@ RECEIVER_BUNDLE = (
 
 # Each invariant is an expression over the record's fields (`r.name`): one declaration,
 # its Python predicate compiled from it and the SQL form a store checks in bulk
-# (lifecycles.invariants.expressions). `&`, `|`, `~` are and, or, not.
+# (lifecycles.invariants._expressions). `&`, `|`, `~` are and, or, not.
 
 
 @expressed

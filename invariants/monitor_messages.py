@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import InvariantSet, invariant, is_time
+from lifecycles.invariants._core import InvariantSet, invariant, is_time
 from lifecycles.invariants.monitor import (
     RESPONSE_INVALID,
     MonitorRecord,
@@ -21,6 +21,36 @@ from lifecycles.invariants.monitor import (
     error_code,
     receiver_attempts_consistent,
 )
+
+__all__ = [
+    "ANSWER_FIELDS",
+    "ANSWER_IDENTITY",
+    "ANSWER_RULES",
+    "ANSWER_SHAPE",
+    "NOTIFICATION_FIELDS",
+    "NOTIFICATION_RULES",
+    "NOTIFICATION_SCHEMA",
+    "STATUS_SCHEMA",
+    "AnswerRead",
+    "answer_about_this_notification",
+    "answer_attempts_consistent",
+    "answer_error_code_syntax",
+    "answer_error_only_when_waiting_or_failed",
+    "answer_fields_exact",
+    "answer_is_mapping",
+    "answer_lease_expired_is_bool",
+    "answer_lease_expired_only_when_leased",
+    "answer_lease_iff_leased",
+    "answer_processed_iff_succeeded",
+    "answer_rules_broken",
+    "answer_schema_is_status_schema",
+    "answer_status_known",
+    "answer_times_are_times",
+    "answer_under_expected_capabilities",
+    "notification_fields_exact",
+    "notification_rules_broken",
+    "notification_schema_is_notification_schema",
+]
 
 # --- the receiver's answer ------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import (
+from lifecycles.invariants._core import (
     FieldRule,
     FieldRuleViolation,
     InvariantSet,
@@ -466,6 +466,7 @@ def describe(rule: str, field: str | None = None, value: object = None) -> str:
 __all__ = [
     "ENTRY_ID_PATTERN",
     "IDENTIFIER_PATTERN",
+    "MAX_JSON_DEPTH",
     "MAX_PAYLOAD_BYTES",
     "MAX_RECORD_FILE_BYTES",
     "OUTBOX_INVARIANTS",
@@ -474,6 +475,7 @@ __all__ = [
     "RECORD_INVALID",
     "RECORD_KEYS",
     "RULE_MESSAGES",
+    "STORED_FILE_RULES",
     "OutboxRecord",
     "OutboxStatus",
     "PlacedRecord",

@@ -1,9 +1,11 @@
 """lifecycles: explicit, durable state machines declared as transition tables.
 
 The public API is what this module and the packages lifecycles.machines,
-lifecycles.invariants and lifecycles.stores export (``__all__``); the shipped lifecycles
-are apps beside it (lifecycles.monitor, lifecycles.outbox, lifecycles.testing). Every
-other module may move.
+lifecycles.invariants and lifecycles.stores export (``__all__``), and the few modules
+public for what they do alone (``lifecycles.machines.lease``, ``lifecycles.observe``,
+``lifecycles.project``, ``lifecycles.diagrams``, ``lifecycles.cli``, ``lifecycles.testing``
+and the drivers' modules). The shipped lifecycles are apps beside it (lifecycles.monitor,
+lifecycles.outbox). A module whose name starts with ``_`` is private.
 """
 
 __version__ = "0.1.0"
@@ -11,25 +13,31 @@ __version__ = "0.1.0"
 # Not typing.TYPE_CHECKING: importing typing costs milliseconds nothing here needs.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from lifecycles.invariants.core import (
+    from lifecycles._worker import Worker
+    from lifecycles._worker_lease import HeldLease, WorkOutcome
+    from lifecycles.invariants._core import (
         FieldRule,
         FieldRuleViolation,
         Invariant,
         InvariantSet,
         InvariantViolation,
         build_record,
+        canonical_json,
         expressed,
         field_rules,
         finite_time,
         integer_between,
         invariant,
+        is_integer,
+        is_time,
         matches,
+        non_negative_integer,
         one_of,
         step_invariant,
     )
-    from lifecycles.invariants.expressions import Expr, Fields
-    from lifecycles.machines.audit import FiredBy
-    from lifecycles.machines.blocks import (
+    from lifecycles.invariants._expressions import Expr, Fields
+    from lifecycles.machines._audit import FiredBy
+    from lifecycles.machines._blocks import (
         Backoff,
         InputNames,
         Leasing,
@@ -38,8 +46,8 @@ if TYPE_CHECKING:
         named_in,
         source_of,
     )
-    from lifecycles.machines.core import Lifecycle
-    from lifecycles.machines.declaration import (
+    from lifecycles.machines._core import Lifecycle
+    from lifecycles.machines._declaration import (
         Changes,
         DefinitionError,
         Effect,
@@ -52,8 +60,8 @@ if TYPE_CHECKING:
         effect,
         guard,
     )
-    from lifecycles.machines.exhaustive import explore
-    from lifecycles.machines.exploration import (
+    from lifecycles.machines._exhaustive import explore
+    from lifecycles.machines._exploration import (
         AcceptedCycle,
         ExpectationBroken,
         Exploration,
@@ -61,10 +69,22 @@ if TYPE_CHECKING:
         time_relation,
         trigger_move,
     )
-    from lifecycles.machines.interleaving import (
+    from lifecycles.machines._interleaving import (
         Work,
         Workers,
         explore_workers,
+    )
+    from lifecycles.machines._liveness import liveness
+    from lifecycles.machines._mutants import EquivalentMutant
+    from lifecycles.machines._symbolic import symbolic_row
+    from lifecycles.machines._work import (
+        Fire,
+        Handling,
+        Leave,
+        Outcome,
+        Permanent,
+        Step,
+        outcomes,
     )
     from lifecycles.machines.lease import (
         LeaseDefaults,
@@ -74,19 +94,7 @@ if TYPE_CHECKING:
         due_in_order,
         expired_among,
     )
-    from lifecycles.machines.liveness import liveness
-    from lifecycles.machines.mutants import EquivalentMutant
-    from lifecycles.machines.symbolic import symbolic_row
-    from lifecycles.machines.work import (
-        Fire,
-        Handling,
-        Leave,
-        Outcome,
-        Permanent,
-        Step,
-        outcomes,
-    )
-    from lifecycles.stores.base import (
+    from lifecycles.stores._base import (
         CommitUncertain,
         SchemaMismatch,
         StaleRecord,
@@ -96,93 +104,99 @@ if TYPE_CHECKING:
         StoreUnavailable,
         UniqueViolation,
     )
-    from lifecycles.stores.files.store import FilesStore
-    from lifecycles.stores.memory import MemoryStore
+    from lifecycles.stores._files.codec import UntrustedRecord
+    from lifecycles.stores._files.store import FilesStore
+    from lifecycles.stores._memory import MemoryStore
+    from lifecycles.stores._sql_schema import SQLSchema
     from lifecycles.stores.postgres import PostgresStore
     from lifecycles.stores.sqlite import SQLiteStore
-    from lifecycles.worker import Worker
-    from lifecycles.worker_lease import HeldLease, WorkOutcome
 
 # Each public name and the module that defines it. Nothing is imported until a name is
 # used: `import lifecycles` loads no engine, store, driver, checker or Hypothesis.
 _DEFINED_IN: dict[str, str] = {
-    "AcceptedCycle": "lifecycles.machines.exploration",
-    "Backoff": "lifecycles.machines.blocks",
-    "Changes": "lifecycles.machines.declaration",
-    "CommitUncertain": "lifecycles.stores.base",
-    "DefinitionError": "lifecycles.machines.declaration",
-    "Effect": "lifecycles.machines.declaration",
-    "EffectContractError": "lifecycles.machines.declaration",
-    "EquivalentMutant": "lifecycles.machines.mutants",
-    "ExpectationBroken": "lifecycles.machines.exploration",
-    "Exploration": "lifecycles.machines.exploration",
-    "Expr": "lifecycles.invariants.expressions",
-    "FieldRule": "lifecycles.invariants.core",
-    "FieldRuleViolation": "lifecycles.invariants.core",
-    "Fields": "lifecycles.invariants.expressions",
-    "FilesStore": "lifecycles.stores.files.store",
-    "Fire": "lifecycles.machines.work",
-    "FiredBy": "lifecycles.machines.audit",
-    "Guard": "lifecycles.machines.declaration",
-    "Handling": "lifecycles.machines.work",
-    "HeldLease": "lifecycles.worker_lease",
-    "InputNames": "lifecycles.machines.blocks",
-    "Invariant": "lifecycles.invariants.core",
-    "InvariantSet": "lifecycles.invariants.core",
-    "InvariantViolation": "lifecycles.invariants.core",
-    "Lease": "lifecycles.machines.declaration",
-    "Leasing": "lifecycles.machines.blocks",
-    "Leave": "lifecycles.machines.work",
-    "Lifecycle": "lifecycles.machines.core",
-    "LifecycleError": "lifecycles.machines.declaration",
+    "AcceptedCycle": "lifecycles.machines._exploration",
+    "Backoff": "lifecycles.machines._blocks",
+    "Changes": "lifecycles.machines._declaration",
+    "CommitUncertain": "lifecycles.stores._base",
+    "DefinitionError": "lifecycles.machines._declaration",
+    "Effect": "lifecycles.machines._declaration",
+    "EffectContractError": "lifecycles.machines._declaration",
+    "EquivalentMutant": "lifecycles.machines._mutants",
+    "ExpectationBroken": "lifecycles.machines._exploration",
+    "Exploration": "lifecycles.machines._exploration",
+    "Expr": "lifecycles.invariants._expressions",
+    "FieldRule": "lifecycles.invariants._core",
+    "FieldRuleViolation": "lifecycles.invariants._core",
+    "Fields": "lifecycles.invariants._expressions",
+    "FilesStore": "lifecycles.stores._files.store",
+    "Fire": "lifecycles.machines._work",
+    "FiredBy": "lifecycles.machines._audit",
+    "Guard": "lifecycles.machines._declaration",
+    "Handling": "lifecycles.machines._work",
+    "HeldLease": "lifecycles._worker_lease",
+    "InputNames": "lifecycles.machines._blocks",
+    "Invariant": "lifecycles.invariants._core",
+    "InvariantSet": "lifecycles.invariants._core",
+    "InvariantViolation": "lifecycles.invariants._core",
+    "Lease": "lifecycles.machines._declaration",
     "LeaseDefaults": "lifecycles.machines.lease",
+    "Leasing": "lifecycles.machines._blocks",
     "LeasingStore": "lifecycles.machines.lease",
+    "Leave": "lifecycles.machines._work",
+    "Lifecycle": "lifecycles.machines._core",
+    "LifecycleError": "lifecycles.machines._declaration",
     "LostRace": "lifecycles.machines.lease",
+    "MemoryStore": "lifecycles.stores._memory",
+    "Move": "lifecycles.machines._exploration",
     "NotLeasable": "lifecycles.machines.lease",
-    "due_in_order": "lifecycles.machines.lease",
-    "expired_among": "lifecycles.machines.lease",
-    "MemoryStore": "lifecycles.stores.memory",
-    "Move": "lifecycles.machines.exploration",
-    "Outcome": "lifecycles.machines.work",
-    "Permanent": "lifecycles.machines.work",
+    "Outcome": "lifecycles.machines._work",
+    "Permanent": "lifecycles.machines._work",
     "PostgresStore": "lifecycles.stores.postgres",
-    "Retry": "lifecycles.machines.blocks",
-    "Row": "lifecycles.machines.declaration",
+    "Retry": "lifecycles.machines._blocks",
+    "Row": "lifecycles.machines._declaration",
+    "SQLSchema": "lifecycles.stores._sql_schema",
     "SQLiteStore": "lifecycles.stores.sqlite",
-    "SchemaMismatch": "lifecycles.stores.base",
-    "StaleRecord": "lifecycles.stores.base",
-    "Step": "lifecycles.machines.work",
-    "Store": "lifecycles.stores.base",
-    "StoreDamaged": "lifecycles.stores.base",
-    "StoreError": "lifecycles.stores.base",
-    "StoreUnavailable": "lifecycles.stores.base",
-    "TransitionRefused": "lifecycles.machines.declaration",
-    "UniqueViolation": "lifecycles.stores.base",
-    "Work": "lifecycles.machines.interleaving",
-    "WorkInputs": "lifecycles.machines.blocks",
-    "WorkOutcome": "lifecycles.worker_lease",
-    "Worker": "lifecycles.worker",
-    "Workers": "lifecycles.machines.interleaving",
-    "build_record": "lifecycles.invariants.core",
-    "effect": "lifecycles.machines.declaration",
-    "explore": "lifecycles.machines.exhaustive",
-    "explore_workers": "lifecycles.machines.interleaving",
-    "expressed": "lifecycles.invariants.core",
-    "field_rules": "lifecycles.invariants.core",
-    "finite_time": "lifecycles.invariants.core",
-    "guard": "lifecycles.machines.declaration",
-    "integer_between": "lifecycles.invariants.core",
-    "invariant": "lifecycles.invariants.core",
-    "liveness": "lifecycles.machines.liveness",
-    "matches": "lifecycles.invariants.core",
-    "named_in": "lifecycles.machines.blocks",
-    "one_of": "lifecycles.invariants.core",
-    "outcomes": "lifecycles.machines.work",
-    "source_of": "lifecycles.machines.blocks",
-    "step_invariant": "lifecycles.invariants.core",
-    "symbolic_row": "lifecycles.machines.symbolic",
-    "time_relation": "lifecycles.machines.exploration",
-    "trigger_move": "lifecycles.machines.exploration",
+    "SchemaMismatch": "lifecycles.stores._base",
+    "StaleRecord": "lifecycles.stores._base",
+    "Step": "lifecycles.machines._work",
+    "Store": "lifecycles.stores._base",
+    "StoreDamaged": "lifecycles.stores._base",
+    "StoreError": "lifecycles.stores._base",
+    "StoreUnavailable": "lifecycles.stores._base",
+    "TransitionRefused": "lifecycles.machines._declaration",
+    "UniqueViolation": "lifecycles.stores._base",
+    "UntrustedRecord": "lifecycles.stores._files.codec",
+    "Work": "lifecycles.machines._interleaving",
+    "WorkInputs": "lifecycles.machines._blocks",
+    "WorkOutcome": "lifecycles._worker_lease",
+    "Worker": "lifecycles._worker",
+    "Workers": "lifecycles.machines._interleaving",
+    "build_record": "lifecycles.invariants._core",
+    "canonical_json": "lifecycles.invariants._core",
+    "due_in_order": "lifecycles.machines.lease",
+    "effect": "lifecycles.machines._declaration",
+    "expired_among": "lifecycles.machines.lease",
+    "explore": "lifecycles.machines._exhaustive",
+    "explore_workers": "lifecycles.machines._interleaving",
+    "expressed": "lifecycles.invariants._core",
+    "field_rules": "lifecycles.invariants._core",
+    "finite_time": "lifecycles.invariants._core",
+    "guard": "lifecycles.machines._declaration",
+    "integer_between": "lifecycles.invariants._core",
+    "invariant": "lifecycles.invariants._core",
+    "is_integer": "lifecycles.invariants._core",
+    "is_time": "lifecycles.invariants._core",
+    "liveness": "lifecycles.machines._liveness",
+    "matches": "lifecycles.invariants._core",
+    "named_in": "lifecycles.machines._blocks",
+    "non_negative_integer": "lifecycles.invariants._core",
+    "one_of": "lifecycles.invariants._core",
+    "outcomes": "lifecycles.machines._work",
+    "source_of": "lifecycles.machines._blocks",
+    "step_invariant": "lifecycles.invariants._core",
+    "symbolic_row": "lifecycles.machines._symbolic",
+    "time_relation": "lifecycles.machines._exploration",
+    "trigger_move": "lifecycles.machines._exploration",
 }
 
 __all__ = [
@@ -226,6 +240,7 @@ __all__ = [
     "PostgresStore",
     "Retry",
     "Row",
+    "SQLSchema",
     "SQLiteStore",
     "SchemaMismatch",
     "StaleRecord",
@@ -236,6 +251,7 @@ __all__ = [
     "StoreUnavailable",
     "TransitionRefused",
     "UniqueViolation",
+    "UntrustedRecord",
     "Work",
     "WorkInputs",
     "WorkOutcome",
@@ -243,6 +259,7 @@ __all__ = [
     "Workers",
     "__version__",
     "build_record",
+    "canonical_json",
     "due_in_order",
     "effect",
     "expired_among",
@@ -254,9 +271,12 @@ __all__ = [
     "guard",
     "integer_between",
     "invariant",
+    "is_integer",
+    "is_time",
     "liveness",
     "matches",
     "named_in",
+    "non_negative_integer",
     "one_of",
     "outcomes",
     "source_of",

@@ -27,16 +27,19 @@ from typing import Any, NoReturn
 
 COMMAND_MODULES: dict[str, str] = {
     "lifecycles.monitor.cli": "monitor",
-    "lifecycles.checker": "check",
+    "lifecycles._checker": "check",
     "lifecycles.diagrams": "diagrams",
     "lifecycles.outbox.cli": "outbox",
-    "lifecycles.cli_worker": "worker",
-    "lifecycles.cli_ops": "list",
-    "lifecycles.cli_ops_status": "status",
-    "lifecycles.cli_ops_health": "health",
-    "lifecycles.cli_ops_explain": "explain",
+    "lifecycles._cli_worker": "worker",
+    "lifecycles._cli_ops": "list",
+    "lifecycles._cli_ops_status": "status",
+    "lifecycles._cli_ops_health": "health",
+    "lifecycles._cli_ops_explain": "explain",
 }
 """Each command module, and the command its ``register`` adds."""
+
+# The command line in-process: argv in, exit code out.
+__all__ = ["main"]
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in lifecycles, not in the caller's input
@@ -124,8 +127,8 @@ def _stand_in(subparsers: Any, command: str, error: Exception) -> None:
     parser.add_argument("arguments", nargs=argparse.REMAINDER)
 
     def report_import_failure(args: argparse.Namespace) -> int:
-        from lifecycles.loading import import_failure
-        from lifecycles.machines.declaration import DefinitionError
+        from lifecycles._loading import import_failure
+        from lifecycles.machines._declaration import DefinitionError
 
         if not isinstance(error, DefinitionError):
             raise error

@@ -9,12 +9,12 @@ and the entry points'), or of each ``--module``, the diagrams directory (the pro
   order of the ``transitions`` library's Mermaid engine, whose ``GraphMachine`` must
   accept the table; the engine's own text is not used, because it drops its title,
   styles by a model's current state, marks no final status and breaks on statuses
-  named like Mermaid keywords. :mod:`lifecycles.diagrams_pictures` says where and why
+  named like Mermaid keywords. :mod:`lifecycles._diagrams_pictures` says where and why
   in detail.
 * ``<name>.dot`` and ``<name>.svg``: the same table through Graphviz (``dot -Tsvg``).
-* ``<name>.md``: the auditor's page (:mod:`lifecycles.diagrams_page`).
+* ``<name>.md``: the auditor's page (:mod:`lifecycles._diagrams_page`).
 * ``<name>.sqlite.sql`` and ``<name>.postgres.sql``: every statement the SQL stores run
-  for the lifecycle, in named blocks (:mod:`lifecycles.diagrams_sql`); none for a
+  for the lifecycle, in named blocks (:mod:`lifecycles._diagrams_sql`); none for a
   lifecycle no SQL store keeps.
 
 plus ``README.md`` (the index) and ``graphviz-version.txt`` (the Graphviz version and
@@ -41,11 +41,14 @@ from typing import Any
 
 import attrs
 
+from lifecycles._diagrams_page import index, page
+from lifecycles._diagrams_pictures import DiagramError, Graphviz, dot, find_graphviz, mermaid
+from lifecycles._diagrams_sql import sql_files
 from lifecycles.cli import CommandError
-from lifecycles.diagrams_page import index, page
-from lifecycles.diagrams_pictures import DiagramError, Graphviz, dot, find_graphviz, mermaid
-from lifecycles.diagrams_sql import sql_files
-from lifecycles.machines.core import Lifecycle
+from lifecycles.machines._core import Lifecycle
+
+# The pages from Python (docs/extending.md); the rest serves `lifecycles diagrams`.
+__all__ = ["Drift", "Generation", "Written", "check", "generate", "write"]
 
 AnyLifecycle = Lifecycle[Any, Any]
 
@@ -303,7 +306,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The ``diagrams`` command: 0 when written or clean, 1 on drift, 2 on an error."""
-    from lifecycles.loading import CheckerError
+    from lifecycles._loading import CheckerError
     from lifecycles.project import find_project, own
 
     if args.module and args.output is None:

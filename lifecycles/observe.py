@@ -60,10 +60,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from lifecycles.machines.work import Leave, Raised
+from lifecycles.machines._work import Leave, Raised
 
 if TYPE_CHECKING:
-    from lifecycles.machines.core import Lifecycle
+    from lifecycles.machines._core import Lifecycle
 
 __all__ = [
     "FIELDS",
@@ -309,7 +309,7 @@ class Observer:
 
     def claimed(self, lifecycle: Lifecycle[Any, Any], worker_id: str,
                 claimed: Sequence[Any], seconds: float | None) -> None:
-        """``claimed`` (:class:`~lifecycles.worker_lease.Claimed`) were leased by one claim call
+        """``claimed`` (:class:`~lifecycles._worker_lease.Claimed`) were leased by one claim call
         that took ``seconds`` (``None``: not timed)."""
         metrics = self.metrics
         if metrics is not None:
@@ -333,7 +333,7 @@ class Observer:
 
     def finished(self, lifecycle: Lifecycle[Any, Any], claimed: Sequence[Any],
                  outcomes: Sequence[Any], lost: Callable[[int], bool]) -> None:
-        """Each of ``outcomes`` (:class:`~lifecycles.worker_lease.WorkOutcome`, durable) of the
+        """Each of ``outcomes`` (:class:`~lifecycles._worker_lease.WorkOutcome`, durable) of the
         handler calls on ``claimed``; ``lost(n)``: whether the n-th refusal was a lost race."""
         metrics = self.metrics
         logger = self.logger
@@ -389,7 +389,7 @@ class Observer:
                           seconds=outcome.handler_seconds, error=error_type)
 
     def renewed(self, item: Any, refusal: BaseException | None) -> None:
-        """The lease of ``item`` (a :class:`~lifecycles.worker_lease.Claimed`) was renewed, or the
+        """The lease of ``item`` (a :class:`~lifecycles._worker_lease.Claimed`) was renewed, or the
         renewal was refused (``refusal``): the lease is lost."""
         lease = item.lease
         if refusal is None:
@@ -446,7 +446,7 @@ class Observer:
 
     def stepped(self, lifecycle: Lifecycle[Any, Any], before: Any, after: Any, trigger: str,
                 seconds: float | None, error_type: str | None) -> None:
-        """One step written without a lease (:class:`~lifecycles.worker_steps.ExclusiveWork`'s
+        """One step written without a lease (:class:`~lifecycles._worker_steps.ExclusiveWork`'s
         intake and finishing steps)."""
         source = str(lifecycle.status_of(before))
         destination = str(lifecycle.status_of(after))

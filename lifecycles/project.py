@@ -13,12 +13,12 @@ looked for from the current directory upwards (as ruff and pytest look for their
 
 Paths are relative to the ``pyproject.toml``'s directory, whichever directory a command
 runs from. Every key is optional. A key not listed here, or a value of the wrong type,
-is :class:`~lifecycles.loading.CheckerError` ``project_invalid`` (exit 2), naming the
+is :class:`~lifecycles._loading.CheckerError` ``project_invalid`` (exit 2), naming the
 file and the key.
 
 A distribution contributes lifecycles with an entry point in the group
 ``lifecycles.lifecycles`` whose value is a module (every lifecycle at its top level)
-or ``module:ATTRIBUTE`` naming one :class:`~lifecycles.machines.core.Lifecycle`.
+or ``module:ATTRIBUTE`` naming one :class:`~lifecycles.machines._core.Lifecycle`.
 
 Which lifecycles a command covers when none is named (:func:`own`): in a project whose
 ``modules`` name some, those; elsewhere every installed one (the shipped monitor and
@@ -39,10 +39,13 @@ from typing import Any, Literal
 
 import attrs
 
-from lifecycles.loading import CheckerError, display, import_failure, import_target
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import DefinitionError
-from lifecycles.registry import lifecycles_in, registered
+from lifecycles._loading import CheckerError, display, import_failure, import_target
+from lifecycles._registry import lifecycles_in, registered
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import DefinitionError
+
+# What a project asks from Python; the rest serves the commands.
+__all__ = ["Project", "StoreURL", "available", "find_project", "resolve"]
 
 AnyLifecycle = Lifecycle[Any, Any]
 

@@ -3,8 +3,8 @@
 # Not typing.TYPE_CHECKING: importing typing costs milliseconds nothing here needs.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from lifecycles.machines.audit import FiredBy
-    from lifecycles.machines.blocks import (
+    from lifecycles.machines._audit import FiredBy
+    from lifecycles.machines._blocks import (
         Backoff,
         InputNames,
         Leasing,
@@ -13,8 +13,8 @@ if TYPE_CHECKING:
         named_in,
         source_of,
     )
-    from lifecycles.machines.core import Lifecycle
-    from lifecycles.machines.declaration import (
+    from lifecycles.machines._core import Lifecycle
+    from lifecycles.machines._declaration import (
         Changes,
         DefinitionError,
         Effect,
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
         effect,
         guard,
     )
-    from lifecycles.machines.exhaustive import explore
-    from lifecycles.machines.exploration import (
+    from lifecycles.machines._exhaustive import explore
+    from lifecycles.machines._exploration import (
         AcceptedCycle,
         ExpectationBroken,
         Exploration,
@@ -36,10 +36,22 @@ if TYPE_CHECKING:
         time_relation,
         trigger_move,
     )
-    from lifecycles.machines.interleaving import (
+    from lifecycles.machines._interleaving import (
         Work,
         Workers,
         explore_workers,
+    )
+    from lifecycles.machines._liveness import liveness
+    from lifecycles.machines._mutants import EquivalentMutant
+    from lifecycles.machines._symbolic import symbolic_row
+    from lifecycles.machines._work import (
+        Fire,
+        Handling,
+        Leave,
+        Outcome,
+        Permanent,
+        Step,
+        outcomes,
     )
     from lifecycles.machines.lease import (
         LeaseDefaults,
@@ -49,66 +61,56 @@ if TYPE_CHECKING:
         due_in_order,
         expired_among,
     )
-    from lifecycles.machines.mutants import EquivalentMutant
-    from lifecycles.machines.symbolic import symbolic_row
-    from lifecycles.machines.work import (
-        Fire,
-        Handling,
-        Leave,
-        Outcome,
-        Permanent,
-        Step,
-        outcomes,
-    )
 
 # Each public name and the module that defines it. Nothing is imported until a name is
 # used, so importing the package stays cheap (no driver, no checker, no Hypothesis).
 _DEFINED_IN: dict[str, str] = {
-    "AcceptedCycle": "lifecycles.machines.exploration",
-    "Backoff": "lifecycles.machines.blocks",
-    "Changes": "lifecycles.machines.declaration",
-    "DefinitionError": "lifecycles.machines.declaration",
-    "Effect": "lifecycles.machines.declaration",
-    "EffectContractError": "lifecycles.machines.declaration",
-    "EquivalentMutant": "lifecycles.machines.mutants",
-    "ExpectationBroken": "lifecycles.machines.exploration",
-    "Exploration": "lifecycles.machines.exploration",
-    "Fire": "lifecycles.machines.work",
-    "FiredBy": "lifecycles.machines.audit",
-    "Guard": "lifecycles.machines.declaration",
-    "Handling": "lifecycles.machines.work",
-    "InputNames": "lifecycles.machines.blocks",
-    "Lease": "lifecycles.machines.declaration",
-    "Leasing": "lifecycles.machines.blocks",
-    "Leave": "lifecycles.machines.work",
-    "Lifecycle": "lifecycles.machines.core",
-    "LifecycleError": "lifecycles.machines.declaration",
+    "AcceptedCycle": "lifecycles.machines._exploration",
+    "Backoff": "lifecycles.machines._blocks",
+    "Changes": "lifecycles.machines._declaration",
+    "DefinitionError": "lifecycles.machines._declaration",
+    "Effect": "lifecycles.machines._declaration",
+    "EffectContractError": "lifecycles.machines._declaration",
+    "EquivalentMutant": "lifecycles.machines._mutants",
+    "ExpectationBroken": "lifecycles.machines._exploration",
+    "Exploration": "lifecycles.machines._exploration",
+    "Fire": "lifecycles.machines._work",
+    "FiredBy": "lifecycles.machines._audit",
+    "Guard": "lifecycles.machines._declaration",
+    "Handling": "lifecycles.machines._work",
+    "InputNames": "lifecycles.machines._blocks",
+    "Lease": "lifecycles.machines._declaration",
     "LeaseDefaults": "lifecycles.machines.lease",
+    "Leasing": "lifecycles.machines._blocks",
     "LeasingStore": "lifecycles.machines.lease",
+    "Leave": "lifecycles.machines._work",
+    "Lifecycle": "lifecycles.machines._core",
+    "LifecycleError": "lifecycles.machines._declaration",
     "LostRace": "lifecycles.machines.lease",
+    "Move": "lifecycles.machines._exploration",
     "NotLeasable": "lifecycles.machines.lease",
+    "Outcome": "lifecycles.machines._work",
+    "Permanent": "lifecycles.machines._work",
+    "Retry": "lifecycles.machines._blocks",
+    "Row": "lifecycles.machines._declaration",
+    "Step": "lifecycles.machines._work",
+    "TransitionRefused": "lifecycles.machines._declaration",
+    "Work": "lifecycles.machines._interleaving",
+    "WorkInputs": "lifecycles.machines._blocks",
+    "Workers": "lifecycles.machines._interleaving",
     "due_in_order": "lifecycles.machines.lease",
+    "effect": "lifecycles.machines._declaration",
     "expired_among": "lifecycles.machines.lease",
-    "Move": "lifecycles.machines.exploration",
-    "Outcome": "lifecycles.machines.work",
-    "Permanent": "lifecycles.machines.work",
-    "Retry": "lifecycles.machines.blocks",
-    "Row": "lifecycles.machines.declaration",
-    "Step": "lifecycles.machines.work",
-    "TransitionRefused": "lifecycles.machines.declaration",
-    "Work": "lifecycles.machines.interleaving",
-    "WorkInputs": "lifecycles.machines.blocks",
-    "Workers": "lifecycles.machines.interleaving",
-    "effect": "lifecycles.machines.declaration",
-    "explore": "lifecycles.machines.exhaustive",
-    "explore_workers": "lifecycles.machines.interleaving",
-    "guard": "lifecycles.machines.declaration",
-    "named_in": "lifecycles.machines.blocks",
-    "outcomes": "lifecycles.machines.work",
-    "source_of": "lifecycles.machines.blocks",
-    "symbolic_row": "lifecycles.machines.symbolic",
-    "time_relation": "lifecycles.machines.exploration",
-    "trigger_move": "lifecycles.machines.exploration",
+    "explore": "lifecycles.machines._exhaustive",
+    "explore_workers": "lifecycles.machines._interleaving",
+    "guard": "lifecycles.machines._declaration",
+    "liveness": "lifecycles.machines._liveness",
+    "named_in": "lifecycles.machines._blocks",
+    "outcomes": "lifecycles.machines._work",
+    "source_of": "lifecycles.machines._blocks",
+    "symbolic_row": "lifecycles.machines._symbolic",
+    "time_relation": "lifecycles.machines._exploration",
+    "trigger_move": "lifecycles.machines._exploration",
 }
 
 __all__ = [
@@ -151,6 +153,7 @@ __all__ = [
     "explore",
     "explore_workers",
     "guard",
+    "liveness",
     "named_in",
     "outcomes",
     "source_of",

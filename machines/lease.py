@@ -1,6 +1,6 @@
 """The lease protocol: which records to rescue, which to claim, what to do when refused.
 
-A lifecycle that declares a :class:`~lifecycles.machines.declaration.Lease` hands its
+A lifecycle that declares a :class:`~lifecycles.machines._declaration.Lease` hands its
 records to workers. The protocol is decided here, without I/O, by pure functions
 over what a store answers; stores only answer queries (:class:`LeasingStore`, the
 one contract: "the first due records in claim order, passing over these keys", "the
@@ -23,7 +23,7 @@ One claim, in one store transaction:
 
 Properties (checked by tests/engine/test_lease_protocol.py, on every store by the
 conformance suite, and with several interleaved workers by the checker,
-:mod:`lifecycles.machines.interleaving`):
+:mod:`lifecycles.machines._interleaving`):
 
 * **At most one live lease per record.** Only a claimable record is claimed, and
   the leased status is not claimable; a record leaves the leased status only by a
@@ -56,11 +56,35 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
-from lifecycles.invariants.core import InvariantViolation
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Lease, LifecycleError, Row, TransitionRefused
+from lifecycles.invariants._core import InvariantViolation
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Lease, LifecycleError, Row, TransitionRefused
 
 R = TypeVar("R")
+
+# The lease protocol, for a caller running its own loop (the drop-ins' facades do; the
+# Worker does it for everyone else). The other functions here are its parts.
+__all__ = [
+    "Doubt",
+    "Glance",
+    "LeaseDefaults",
+    "LeasingStore",
+    "LostRace",
+    "NotLeasable",
+    "Resumed",
+    "claim",
+    "claim_many",
+    "complete",
+    "due_in_order",
+    "expired_among",
+    "first_due",
+    "is_due",
+    "is_expired",
+    "is_live_lease",
+    "recover_expired",
+    "rescue_expired",
+    "resume",
+]
 
 
 class NotLeasable(LifecycleError):
@@ -86,7 +110,7 @@ class LeasingStore(Protocol[R]):
     for a completion decided again on the record as stored); and compare-and-set writes
     (``put``, ``put_many``). Optional (:data:`LEASING_OPTIONAL`): the shortcuts a store
     may offer for the common claim, whose defaults :class:`LeaseDefaults` gives (every
-    :class:`~lifecycles.stores.base.Store` inherits them), so a store written to the
+    :class:`~lifecycles.stores._base.Store` inherits them), so a store written to the
     required members alone is a complete implementation once it inherits them.
     ``Store.claim`` refuses a store that lacks a member (:func:`missing_from_contract`)
     with :class:`NotLeasable` naming it.
@@ -508,7 +532,7 @@ def complete(
     the table's row written by ``store.put``, as ``Store.fire`` does), so the table's
     guards decide: a worker whose lease was rescued and granted to another must be
     refused there (``lifecycles check`` explores exactly
-    this with interleaved workers, :mod:`lifecycles.machines.interleaving`). Refusals
+    this with interleaved workers, :mod:`lifecycles.machines._interleaving`). Refusals
     propagate; nothing is written by a refused step.
     """
     def fire(trigger: str, record: R, inputs: Any) -> R:

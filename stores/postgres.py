@@ -6,7 +6,7 @@ Construction::
     store = PostgresStore(any_lifecycle, connection)         # table derived from the record
     store = PostgresStore(lifecycle, connection, schema)     # a schema the caller describes
 
-Everything a SQL store does is written once in :mod:`lifecycles.stores.sql`; this
+Everything a SQL store does is written once in :mod:`lifecycles.stores._sql`; this
 module holds what only PostgreSQL does: its dialect (``%s`` markers, quoted
 identifiers, ``IS NOT DISTINCT FROM``, ``FOR UPDATE SKIP LOCKED``, column
 types), how statements run on a ``psycopg`` connection, its
@@ -17,7 +17,7 @@ keep several installations, or parallel tests, apart). The schema is created,
 migrated and checked once, when the store is built, under a transaction-level
 advisory lock so that workers starting together do not race on ``CREATE TABLE``.
 PostgreSQL has no schema version to compare, so each transaction (and each read,
-through :meth:`~lifecycles.stores.sql.SQLStore.check_schema`) starts with one probe
+through :meth:`~lifecycles.stores._sql.SQLStore.check_schema`) starts with one probe
 that reads the columns of the store's tables from ``pg_attribute`` and the schema's
 meta row, if it has one: a difference is ``schema_altered``.
 
@@ -62,12 +62,12 @@ import psycopg
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import tuple_row
 
-import lifecycles.stores.postgres_batch as postgres_batch
-import lifecycles.stores.postgres_notify as postgres_notify
+import lifecycles.stores._postgres_batch as postgres_batch
+import lifecycles.stores._postgres_notify as postgres_notify
 from lifecycles.machines import lease as lease_protocol
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Row, TransitionRefused
-from lifecycles.stores.base import (
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Row, TransitionRefused
+from lifecycles.stores._base import (
     CommitUncertain,
     SchemaMismatch,
     StoreDamaged,
@@ -76,9 +76,9 @@ from lifecycles.stores.base import (
     TransactionNested,
     UniqueViolation,
 )
-from lifecycles.stores.postgres_dialect import PostgresDialect
-from lifecycles.stores.sql_claim import ClaimInPlace, claim_in_place
-from lifecycles.stores.sql_schema import SQLSchema
+from lifecycles.stores._postgres_dialect import PostgresDialect
+from lifecycles.stores._sql_claim import ClaimInPlace, claim_in_place
+from lifecycles.stores._sql_schema import SQLSchema
 
 R = TypeVar("R")
 
@@ -87,6 +87,7 @@ TUPLES_OK = ExecStatus.TUPLES_OK
 
 __all__ = [
     "CommitUncertain",
+    "PostgresDialect",
     "PostgresStore",
     "SchemaMismatch",
     "TransactionNested",
@@ -199,7 +200,7 @@ class PostgresStore(postgres_batch.BatchingStore[R]):
     _in_place: ClaimInPlace | str | None = None
 
     def claim_in_place(self, inputs: Any) -> object:
-        """The common claim as one statement (:mod:`lifecycles.stores.sql_claim`): on an
+        """The common claim as one statement (:mod:`lifecycles.stores._sql_claim`): on an
         autocommit connection outside any transaction, the record leased; otherwise, or
         when it leased nothing, ``LEFT_TO_PROTOCOL``."""
         if self._in_place is None:
@@ -231,23 +232,23 @@ class PostgresStore(postgres_batch.BatchingStore[R]):
         self._remember(leased, written_values)
         return leased
 
-    # -- batches: a few statements each, whatever their size (stores/postgres_batch.py) --
+    # -- batches: a few statements each, whatever their size (stores/_postgres_batch.py) --
 
     put_many_alone = True
 
     def insert_many(self, records: Sequence[R]) -> list[R | UniqueViolation]:
         """``COPY`` into a staging table, then one ``INSERT ... ON CONFLICT DO NOTHING``
-        (:func:`lifecycles.stores.postgres_batch.insert_many`)."""
+        (:func:`lifecycles.stores._postgres_batch.insert_many`)."""
         return postgres_batch.insert_many(self, records)
 
     def put_many(self, writes: Sequence[tuple[R, R, Row]]) -> list[bool]:
         """One compare-and-set ``UPDATE`` for the whole batch, inside a transaction or as a
-        statement of its own (:func:`lifecycles.stores.postgres_batch.put_many`)."""
+        statement of its own (:func:`lifecycles.stores._postgres_batch.put_many`)."""
         return postgres_batch.put_many(self, writes)
 
     def claim_many_in_place(self, inputs_for: Callable[[int], Any], limit: int) -> object:
         """The common batch claim as one statement, on an autocommit connection outside any
-        transaction (:func:`lifecycles.stores.postgres_batch.claim_many_in_place`)."""
+        transaction (:func:`lifecycles.stores._postgres_batch.claim_many_in_place`)."""
         return postgres_batch.claim_many_in_place(self, inputs_for, limit)
 
     def _claim_rows(self, statement: str, params: Sequence[Any]) -> list[tuple[Any, ...]] | None:
@@ -302,7 +303,7 @@ class PostgresStore(postgres_batch.BatchingStore[R]):
 
     def listen(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake()`` whenever a record is written into a claimable status, by any
-        writer (:mod:`lifecycles.stores.postgres_notify`), from a connection of its own;
+        writer (:mod:`lifecycles.stores._postgres_notify`), from a connection of its own;
         returns ``stop()``. A store whose role may not create the trigger only polls:
         ``stop`` is then all there is."""
         if self._channel is None:

@@ -3,7 +3,7 @@
 lifecycles checks every rule in Python before each write and in SQL on every claim and
 health query. A database shared with other writers (a migration script, an operator's
 ``psql``, a service in another language) can carry the rules itself: each field rule and
-invariant with an SQL form (:mod:`lifecycles.stores.sql_rules`, the same text health
+invariant with an SQL form (:mod:`lifecycles.stores._sql_rules`, the same text health
 runs) becomes one ``CHECK`` constraint on the store's table, so the server refuses a
 write that breaks it, whoever sends it::
 
@@ -36,8 +36,8 @@ from typing import Any
 
 import attrs
 
+from lifecycles.stores._sql import SQLStore
 from lifecycles.stores.postgres import PostgresStore
-from lifecycles.stores.sql import SQLStore
 
 __all__ = [
     "ConstraintChanges",

@@ -5,7 +5,7 @@ Construction::
     store = SQLiteStore(any_lifecycle, connection)           # table derived from the record
     store = SQLiteStore(lifecycle, connection, schema)       # a schema the caller describes
 
-Everything a SQL store does is written once in :mod:`lifecycles.stores.sql`; this
+Everything a SQL store does is written once in :mod:`lifecycles.stores._sql`; this
 module holds what only SQLite does: its dialect, how statements run on a
 ``sqlite3`` connection, its transactions and what its errors mean.
 
@@ -44,18 +44,18 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, TypeVar
 
-from lifecycles.machines.core import Lifecycle
-from lifecycles.stores.base import (
+from lifecycles.machines._core import Lifecycle
+from lifecycles.stores._base import (
     CommitUncertain,
     SchemaMismatch,
     StoreDamaged,
     StoreError,
     StoreUnavailable,
 )
-from lifecycles.stores.codecs import plain
-from lifecycles.stores.sql import SQLStore
-from lifecycles.stores.sql_dialect import Codec, Column, Dialect, StoredTable
-from lifecycles.stores.sql_schema import SQLSchema
+from lifecycles.stores._codecs import plain
+from lifecycles.stores._sql import SQLStore
+from lifecycles.stores._sql_dialect import Codec, Column, Dialect, StoredTable
+from lifecycles.stores._sql_schema import SQLSchema
 
 R = TypeVar("R")
 

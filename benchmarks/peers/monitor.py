@@ -235,17 +235,17 @@ def worked(outcome: Any) -> str:
 
 
 class WorkerDrainer(MonitorDrainer):
-    """The generic worker (``lifecycles.worker.Worker``) on the monitor's table, with the
+    """The generic worker (``lifecycles._worker.Worker``) on the monitor's table, with the
     same reader as handler (its answer read as the facade reads it), one process each:
     what any leased lifecycle gets from ``lifecycles worker``."""
 
     batch = 1
 
     def work(self, dsn: str, items: Sequence[str], index: int, recorder: Recorder) -> None:
+        from lifecycles._worker import Worker
         from lifecycles.machines.monitor import MONITOR as TABLE_MONITOR
         from lifecycles.machines.monitor import read_answer
         from lifecycles.monitor.schema import open_monitor_store
-        from lifecycles.worker import Worker
 
         reader = Reader(items, recorder)
 

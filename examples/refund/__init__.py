@@ -1,1 +1,1 @@
-"""Refunds leased to workers, their retry and lease policy built from lifecycles.machines.blocks."""
+"""Refunds leased to workers, their retry and lease policy made of lifecycles' building blocks."""

@@ -15,7 +15,7 @@ Rules, in prose (the table below is the spec):
   failures are spent.
 * An operator may ``cancel`` a refund that is waiting (``submitted`` or ``retry_wait``).
 
-The retry and lease policy is made of building blocks (:mod:`lifecycles.machines.blocks`):
+The retry and lease policy is made of building blocks (`Backoff`, `Retry`, `Leasing`):
 the two declarations ``LEASE`` and ``RETRY`` below, and the rows that name their guards
 and effects. Only ``mark_cancelled`` and the refund's own invariants are written here.
 """

@@ -32,8 +32,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.cli import CommandError, Parser, add_command, exit_code_table
-from lifecycles.cli_ops import (
+from lifecycles._cli_ops import (
     EXIT_BLOCKED,
     EXIT_CAPABILITIES_DIFFER,
     EXIT_INTERNAL,
@@ -54,8 +53,9 @@ from lifecycles.cli_ops import (
     read_error_hint,
     table_exists,
 )
-from lifecycles.explain import Explanation, explain, inputs_now_for, print_explanation
-from lifecycles.explain_stored import sql_values
+from lifecycles._explain import Explanation, explain, inputs_now_for, print_explanation
+from lifecycles._explain_stored import sql_values
+from lifecycles.cli import CommandError, Parser, add_command, exit_code_table
 from lifecycles.invariants.monitor import capabilities_rule, event_id_rule
 from lifecycles.invariants.monitor import time as time_rule
 from lifecycles.machines.monitor import CODE, MONITOR, plain_value
@@ -67,7 +67,12 @@ from lifecycles.monitor.facade import (
     TerminalProcessingMonitorBlocked,
 )
 from lifecycles.monitor.schema import META, TABLE
-from lifecycles.stores.base import SchemaMismatch, StoreError
+from lifecycles.stores._base import SchemaMismatch, StoreError
+
+__all__ = [
+    "EXIT_CODES",
+    "register",
+]
 
 MONITOR_TABLE, META_TABLE = TABLE, META  # the reference's names, declared in the schema module
 

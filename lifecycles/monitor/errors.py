@@ -6,9 +6,9 @@ each code belongs to one family (input, state, lease, storage) that callers may 
 Engine and store errors become these at the facade's edge (:func:`public_errors`).
 
 One ``except`` serves a worker loop: every refusal is also a
-:class:`~lifecycles.machines.declaration.LifecycleError` (as every store error is), and
+:class:`~lifecycles.machines._declaration.LifecycleError` (as every store error is), and
 ``database_unreachable`` is a :class:`DatabaseUnreachable`, which is also a
-:class:`~lifecycles.stores.base.StoreUnavailable`, the error
+:class:`~lifecycles.stores._base.StoreUnavailable`, the error
 ``lifecycles.stores.postgres.connect`` and ``lifecycles.stores.sqlite.connect`` raise.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
-from lifecycles.invariants.core import InvariantViolation
+from lifecycles.invariants._core import InvariantViolation
 from lifecycles.invariants.monitor import (
     batch_limit,
     capabilities_rule,
@@ -32,11 +32,27 @@ from lifecycles.invariants.monitor import (
     token,
     worker_id_rule,
 )
-from lifecycles.machines.audit import PublicError, PublicErrors
-from lifecycles.machines.declaration import LifecycleError, TransitionRefused
+from lifecycles.machines._audit import PublicError, PublicErrors
+from lifecycles.machines._declaration import LifecycleError, TransitionRefused
 from lifecycles.machines.lease import LostRace
 from lifecycles.machines.monitor import CODE, MONITOR
-from lifecycles.stores.base import Store, StoreError, StoreUnavailable, UniqueViolation
+from lifecycles.stores._base import Store, StoreError, StoreUnavailable, UniqueViolation
+
+__all__ = [
+    "MEANINGS",
+    "PUBLIC_ERRORS",
+    "RULE_CODES",
+    "DatabaseUnreachable",
+    "InputInvalid",
+    "LeaseLost",
+    "StateInvalid",
+    "StorageBlocked",
+    "TerminalProcessingMonitorBlocked",
+    "blocked",
+    "public_errors",
+    "refused",
+    "unique_is_collision",
+]
 
 # --- errors --------------------------------------------------------------------
 
@@ -48,7 +64,7 @@ class TerminalProcessingMonitorBlocked(RuntimeError, LifecycleError):
     Raised errors are instances of a family subclass (``InputInvalid``,
     ``StateInvalid``, ``LeaseLost``, ``StorageBlocked``) so callers can also catch
     a family; :func:`blocked` maps a code to its family. A ``RuntimeError`` as in the
-    reference, and a :class:`~lifecycles.machines.declaration.LifecycleError` like every
+    reference, and a :class:`~lifecycles.machines._declaration.LifecycleError` like every
     error of lifecycles.
     """
 
@@ -125,7 +141,7 @@ class DatabaseUnreachable(
     did not commit); the same ``worker_id``'s next claim in this process takes it up
     again while it is live (:class:`~lifecycles.machines.lease.Doubt`), instead of
     leasing another item and stranding that one until its lease expires. Also a
-    :class:`~lifecycles.stores.base.StoreUnavailable`, as ``connect()``'s errors are.
+    :class:`~lifecycles.stores._base.StoreUnavailable`, as ``connect()``'s errors are.
     """
 
     def __init__(self, code: str, outcome_unknown: bool = False):

@@ -37,7 +37,9 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import (
+from lifecycles._worker_lease import REFUSALS, new_lease_token
+from lifecycles._worker_steps import LeaseWork
+from lifecycles.invariants._core import (
     FieldRule,
     FieldRuleViolation,
     canonical_json,
@@ -64,6 +66,7 @@ from lifecycles.invariants.monitor_messages import (
     STATUS_SCHEMA,
     notification_rules_broken,
 )
+from lifecycles.machines._work import Leave, Raised, Result, Step
 from lifecycles.machines.monitor import (
     CODE,
     MONITOR,
@@ -75,7 +78,6 @@ from lifecycles.machines.monitor import (
     plain_value,
     read_answer,
 )
-from lifecycles.machines.work import Leave, Raised, Result, Step
 from lifecycles.monitor.errors import (
     RULE_CODES,
     DatabaseUnreachable,
@@ -98,10 +100,8 @@ from lifecycles.monitor.values import (
     outcome_of,
     status_of,
 )
-from lifecycles.stores.base import StaleRecord, UniqueViolation
-from lifecycles.stores.sql import SQLStore
-from lifecycles.worker_lease import REFUSALS, new_lease_token
-from lifecycles.worker_steps import LeaseWork
+from lifecycles.stores._base import StaleRecord, UniqueViolation
+from lifecycles.stores._sql import SQLStore
 
 SCHEMA_VERSION = MonitorSchema.VERSION
 # Derived from the declarations, never listed again.

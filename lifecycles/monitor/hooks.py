@@ -1,4 +1,4 @@
-"""What the generic tools ask of the monitor app (:class:`~lifecycles.app_hooks.AppHooks`):
+"""What the generic tools ask of the monitor app (:class:`~lifecycles._app_hooks.AppHooks`):
 the inputs its facade passes, for ``lifecycles explain``, and the schema the operator
 commands open its database with (the monitor's binding is the capabilities the database
 holds, so the meta row is read, never written)."""
@@ -10,8 +10,8 @@ from typing import Any
 
 import attrs
 
-from lifecycles.app_hooks import AppHooks
-from lifecycles.explain import NEW_TOKEN, NEW_WORKER, Assumed, InputsNow
+from lifecycles._app_hooks import AppHooks
+from lifecycles._explain import NEW_TOKEN, NEW_WORKER, Assumed, InputsNow
 from lifecycles.invariants.monitor import MonitorRecord
 from lifecycles.machines.monitor import MONITOR, MonitorInputs
 
@@ -49,7 +49,7 @@ def monitor_inputs_now(now: float) -> InputsNow:
 def reading_schema(connection: Any) -> Any:
     """The monitor's schema bound to the capabilities ``connection``'s meta row holds,
     verifying only: the table, its indexes and the meta row are never created."""
-    from lifecycles.cli_ops import query, table_exists
+    from lifecycles._cli_ops import query, table_exists
     from lifecycles.monitor.schema import META, MonitorSchema
 
     rows = query(connection, f"SELECT expected_capabilities_sha256 FROM {META}") if (

@@ -4,7 +4,7 @@ The reference ``terminal_processing_monitor`` fixed a schema: two tables, a meta
 binding the database to one capabilities hash (version 2), a migration from version
 1, CHECK constraints. Databases written by either implementation must open in the
 other, so this schema is pinned here, beside the monitor's public face; the stores
-stay generic and receive it as a :class:`~lifecycles.stores.sql.SQLSchema` whose
+stay generic and receive it as a :class:`~lifecycles.stores._sql.SQLSchema` whose
 :class:`MonitorBinding` creates, migrates and binds it.
 
 The statements are named SQL blocks in ``schema.sql`` (procrastinate's
@@ -27,12 +27,12 @@ from typing import Any
 
 from lifecycles.invariants.monitor import COLUMNS, MonitorRecord
 from lifecycles.machines import lease as lease_protocol
-from lifecycles.machines.core import Lifecycle
+from lifecycles.machines._core import Lifecycle
 from lifecycles.machines.monitor import CODE, MONITOR
-from lifecycles.stores.base import SchemaMismatch
-from lifecycles.stores.sql import SQLStore
-from lifecycles.stores.sql_dialect import Column, Dialect
-from lifecycles.stores.sql_schema import Catalogue, SQLSchema
+from lifecycles.stores._base import SchemaMismatch
+from lifecycles.stores._sql import SQLStore
+from lifecycles.stores._sql_dialect import Column, Dialect
+from lifecycles.stores._sql_schema import Catalogue, SQLSchema
 from lifecycles.stores.sqlite import SQLiteStore
 
 __all__ = [

@@ -14,6 +14,15 @@ from typing import Any
 from lifecycles.invariants.monitor import COLUMNS, MonitorRecord, MonitorStatus
 from lifecycles.machines.monitor import lease_expired
 
+__all__ = [
+    "MonitorRow",
+    "TerminalProcessingHealth",
+    "TerminalProcessingOutcome",
+    "TerminalProcessingStatus",
+    "outcome_of",
+    "status_of",
+]
+
 # --- returned values -----------------------------------------------------------
 
 

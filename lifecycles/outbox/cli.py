@@ -28,8 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lifecycles.cli import CommandError, add_command
-from lifecycles.cli_ops import (
+from lifecycles._cli_ops import (
     EXIT_BLOCKED,
     EXIT_INTERNAL,
     EXIT_NO_DATABASE,
@@ -39,8 +38,9 @@ from lifecycles.cli_ops import (
     EXIT_USAGE,
     files_layout,
 )
-from lifecycles.explain import explain, print_explanation
-from lifecycles.explain_stored import files_entry
+from lifecycles._explain import explain, print_explanation
+from lifecycles._explain_stored import files_entry
+from lifecycles.cli import CommandError, add_command
 from lifecycles.invariants.outbox import MAX_JSON_DEPTH, OutboxRecord
 from lifecycles.machines.outbox import OUTBOX, iso_timestamp
 from lifecycles.outbox.facade import (
@@ -49,7 +49,7 @@ from lifecycles.outbox.facade import (
     default_state_dir,
 )
 from lifecycles.outbox.hooks import outbox_inputs_now
-from lifecycles.stores.files import (
+from lifecycles.stores._files import (
     FilesStore,
     StoreMissing,
     UnsafePath,
@@ -57,7 +57,17 @@ from lifecycles.stores.files import (
     printable_name,  # a planted name need not be UTF-8; the output must be
 )
 
-# The ops commands' exit codes (lifecycles.cli_ops), under the outbox's own names.
+__all__ = [
+    "ELIDED",
+    "EXIT_CODES",
+    "SHOWN_LEVELS",
+    "TRUSTED_DIRECTORIES",
+    "elided",
+    "outbox_status",
+    "register",
+]
+
+# The ops commands' exit codes (lifecycles._cli_ops), under the outbox's own names.
 EXIT_UNTRUSTED, EXIT_NO_ENTRY, EXIT_NO_OUTBOX, EXIT_UNUSABLE = (
     EXIT_BLOCKED, EXIT_REFUSED, EXIT_NO_DATABASE, EXIT_UNREADABLE)
 EXIT_CODES = (

@@ -4,7 +4,7 @@ Same public names, signatures, exceptions and messages, the same default state
 directory and the same on-disk layout and record bytes, so a directory written by
 the reference is read and continued here and the other way round. Underneath, the
 outbox is the :data:`~lifecycles.machines.outbox.OUTBOX` lifecycle on a
-:class:`~lifecycles.stores.files.FilesStore`: every change of a record is a row of
+:class:`~lifecycles.stores._files.FilesStore`: every change of a record is a row of
 its table, and every rule is a named rule of :mod:`lifecycles.invariants.outbox`.
 
 Delivery is at-least-once: the attempt is durably recorded before ``deliver`` is
@@ -23,7 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-from lifecycles.invariants.core import FieldRule, canonical_json
+from lifecycles._worker_steps import ExclusiveWork
+from lifecycles.invariants._core import FieldRule, canonical_json
 from lifecycles.invariants.outbox import (
     MAX_ERROR_LENGTH,
     MAX_RECORD_FILE_BYTES,
@@ -49,8 +50,8 @@ from lifecycles.invariants.outbox import (
     transaction_id_syntax,
     version_supported,
 )
-from lifecycles.machines.audit import PublicError, PublicErrors
-from lifecycles.machines.declaration import LifecycleError, TransitionRefused
+from lifecycles.machines._audit import PublicError, PublicErrors
+from lifecycles.machines._declaration import LifecycleError, TransitionRefused
 from lifecycles.machines.outbox import (
     CONFLICT,
     CONFLICT_REASON,
@@ -62,8 +63,8 @@ from lifecycles.machines.outbox import (
     pending_copy_fate,
     replay_was_interrupted,
 )
-from lifecycles.stores.base import StoreError
-from lifecycles.stores.files import (
+from lifecycles.stores._base import StoreError
+from lifecycles.stores._files import (
     FilesDamaged,
     FilesLayout,
     FilesStore,
@@ -72,7 +73,6 @@ from lifecycles.stores.files import (
     UnsafePath,
     UntrustedRecord,
 )
-from lifecycles.worker_steps import ExclusiveWork
 
 STATE_DIR_VARIABLE = "REIN_AHARNESS_STATE_DIR"
 OUTBOX_DIRECTORY = "close-outbox"
@@ -98,7 +98,7 @@ class CloseOutboxError(RuntimeError, LifecycleError):
     """Base error for invalid records or durable outbox operations.
 
     A ``RuntimeError``, as in the reference, and a
-    :class:`~lifecycles.machines.declaration.LifecycleError`, so that one ``except
+    :class:`~lifecycles.machines._declaration.LifecycleError`, so that one ``except
     LifecycleError`` catches every error of lifecycles; ``code`` is stable.
     """
 

@@ -1,4 +1,4 @@
-"""What the generic tools ask of the outbox app (:class:`~lifecycles.app_hooks.AppHooks`):
+"""What the generic tools ask of the outbox app (:class:`~lifecycles._app_hooks.AppHooks`):
 the inputs a replay passes, for ``lifecycles explain``, its clock (ISO timestamps), and
 the layout its files store keeps."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from lifecycles.app_hooks import AppHooks
-from lifecycles.explain import Assumed, InputsNow
+from lifecycles._app_hooks import AppHooks
+from lifecycles._explain import Assumed, InputsNow
 from lifecycles.invariants.outbox import OutboxRecord, intent_digest
 from lifecycles.machines.outbox import (
     CONFLICT_REASON,

@@ -22,6 +22,13 @@ from lifecycles.machines.outbox.inputs import (
     quarantine_inputs,
 )
 
+__all__ = [
+    "enqueue_strategy",
+    "failure_strategy",
+    "new_records",
+    "quarantine_strategy",
+]
+
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
 

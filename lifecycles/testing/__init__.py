@@ -1,9 +1,9 @@
 """Testing lifecycles: generated stateful tests, the pytest plugin, and test inputs.
 
-* :mod:`lifecycles.testing.machine`: :func:`build_state_machine` turns a lifecycle's
+* :mod:`lifecycles.testing._machine`: :func:`build_state_machine` turns a lifecycle's
   exploration inputs and a store factory into a Hypothesis ``RuleBasedStateMachine``
   that checks the store against the pure machine, with transition coverage;
-* :mod:`lifecycles.testing.plugin`: the pytest plugin (Hypothesis profiles ``ci`` and
+* :mod:`lifecycles.testing._plugin`: the pytest plugin (Hypothesis profiles ``ci`` and
   ``deep``, the coverage report, ``--lifecycles-require-coverage``);
 * :mod:`lifecycles.monitor.strategies` and :mod:`lifecycles.outbox.strategies`: the
   Hypothesis strategies that the shipped lifecycles' generated tests draw their inputs
@@ -15,7 +15,7 @@ or ``pytest_plugins = ["lifecycles.testing"]``): pytest finds the hooks among th
 below. It imports neither Hypothesis nor pytest until a hook runs or a machine is built.
 """
 
-from lifecycles.testing.machine import (
+from lifecycles.testing._machine import (
     COVERAGE_RUNS,
     StepCoverage,
     StepFailed,
@@ -23,7 +23,7 @@ from lifecycles.testing.machine import (
     coverage_of,
     generated_test_settings,
 )
-from lifecycles.testing.plugin import (
+from lifecycles.testing._plugin import (
     DEFAULT_PROFILE,
     PENDING_PROFILE,
     PROFILE_VARIABLE,

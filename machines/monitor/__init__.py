@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import FieldRuleViolation
+from lifecycles.invariants._core import FieldRuleViolation
 from lifecycles.invariants.monitor import (
     MONITOR_INVARIANTS,
     RESPONSE_INVALID,
@@ -52,10 +52,10 @@ from lifecycles.invariants.monitor_messages import (
     AnswerRead,
     answer_rules_broken,
 )
-from lifecycles.machines.builders import builder, evolver
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Changes, Lease, effect, guard
-from lifecycles.machines.work import Handling, Result, Returned, Step
+from lifecycles.machines._builders import builder, evolver
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Changes, Lease, effect, guard
+from lifecycles.machines._work import Handling, Result, Returned, Step
 
 CODE = "terminal_processing_monitor."
 
@@ -339,8 +339,8 @@ def new_record(
     now: float,
 ) -> MonitorRecord:
     """The record ``register`` creates: pending, due now, nothing attempted (built by
-    generated code, :func:`~lifecycles.machines.core.builder`: the class's own field
-    rules, in its order, at half the cost of its ``__init__``)."""
+    the code the framework generates for the record class: the class's own field rules,
+    in its order, at half the cost of its ``__init__``)."""
     return _build_record(
         event_id=event_id, notification_id=notification_id, site_id=site_id,
         terminal_status=terminal_status, notification_sha256=notification_sha256,
@@ -581,8 +581,25 @@ MONITOR: Lifecycle[MonitorRecord, MonitorInputs] = Lifecycle(
 )
 
 __all__ = [
-    "MONITOR", "STATE_INVALID", "TABLE", "AnswerRefused", "MonitorInputs", "MonitorStatus",
-    "ReceiverAnswer", "RetryPolicy", "complete_with_answer", "finish_poll", "lease_expired",
-    "monitor_handling", "new_record", "parse_answer", "poll_step", "read_answer",
-    "reader_error_code", "retry_delay", "token", "trigger_for_answer",
+    "MONITOR",
+    "STATE_INVALID",
+    "TABLE",
+    "AnswerRefused",
+    "FireMonitor",
+    "MonitorInputs",
+    "MonitorStatus",
+    "ReceiverAnswer",
+    "RetryPolicy",
+    "complete_with_answer",
+    "finish_poll",
+    "lease_expired",
+    "monitor_handling",
+    "new_record",
+    "parse_answer",
+    "poll_step",
+    "read_answer",
+    "reader_error_code",
+    "retry_delay",
+    "token",
+    "trigger_for_answer",
 ]

@@ -1,15 +1,20 @@
 """Beside the monitor's table: who fires each trigger, and the codes a record carries.
 
 Facts about the code around :data:`~lifecycles.machines.monitor.MONITOR` that its table
-cannot state, declared once for the auditor page (:mod:`lifecycles.machines.audit`).
+cannot state, declared once for the auditor page (:mod:`lifecycles.machines._audit`).
 The facade is ``DurableTerminalProcessingMonitor`` (:mod:`lifecycles.monitor`).
 """
 
 from __future__ import annotations
 
 from lifecycles.invariants.monitor import RESPONSE_INVALID
-from lifecycles.machines.audit import FiredBy, RecordedCodes
+from lifecycles.machines._audit import FiredBy, RecordedCodes
 from lifecycles.machines.monitor import CODE, MONITOR
+
+__all__ = [
+    "FIRED_BY",
+    "LAST_ERROR_CODES",
+]
 
 _WORKER = "`run_once(reader, worker_id, now=...)` and `run_many(...)`"
 

@@ -51,8 +51,8 @@ from typing import Any
 import attrs
 
 from lifecycles.invariants.monitor import RESPONSE_INVALID, MonitorRecord, same_notification
-from lifecycles.machines.declaration import TransitionRefused
-from lifecycles.machines.exploration import (
+from lifecycles.machines._declaration import TransitionRefused
+from lifecycles.machines._exploration import (
     AcceptedCycle,
     ExpectationBroken,
     Exploration,
@@ -62,9 +62,10 @@ from lifecycles.machines.exploration import (
     time_relation,
     trigger_move,
 )
-from lifecycles.machines.interleaving import Work, Workers
+from lifecycles.machines._interleaving import Work, Workers
+from lifecycles.machines._memo import LIMIT, ByIdentity, identity_of, memoized
+from lifecycles.machines._work import Step
 from lifecycles.machines.lease import StepOn
-from lifecycles.machines.memo import LIMIT, ByIdentity, identity_of, memoized
 from lifecycles.machines.monitor import (
     MONITOR,
     FireMonitor,
@@ -88,7 +89,35 @@ from lifecycles.machines.monitor.responses import (
     rejected_responses,
     success_responses,
 )
-from lifecycles.machines.work import Step
+
+__all__ = [
+    "ANSWER_ENDS",
+    "CLAIMER",
+    "EXPLORATION",
+    "HELD",
+    "IDENTITY",
+    "INTRUDER",
+    "LEASE_SECONDS",
+    "MAX_FAILURES",
+    "POLICY",
+    "READER_ERRORS",
+    "STRATEGIES",
+    "Completer",
+    "Poll",
+    "ReadFailure",
+    "ReaderError",
+    "abstraction",
+    "claim_inputs",
+    "expiry_inputs",
+    "fail_attempt_choices",
+    "held_inputs",
+    "initial_records",
+    "monitor_exploration",
+    "monitor_workers",
+    "near",
+    "register_inputs",
+    "worker_calls",
+]
 
 LEASE_SECONDS = 600.0
 POLICY = RetryPolicy()
@@ -321,7 +350,7 @@ def _accepted(step: Callable[[], MonitorRecord], must: bool, what: Callable[[], 
 # --- the moves: one per trigger -------------------------------------------------------
 
 
-# What the moves' choices read of a record (lifecycles.machines.memo): the responses are
+# What the moves' choices read of a record (lifecycles.machines._memo): the responses are
 # about its notification (IDENTITY, all parse_answer reads of it), the polls are timed by
 # its clock and lease (tests/engine/test_checker_memo.py holds each to its function).
 IDENTITY = identity_of("event_id", "notification_id", "site_id", "terminal_status",

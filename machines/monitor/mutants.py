@@ -1,10 +1,14 @@
 """The monitor's table mutants declared equivalent, each with why it is harmless
 (``lifecycles check --mutants monitor`` kills every other one; the auditor page lists
-these). See :mod:`lifecycles.machines.mutants`."""
+these). See :mod:`lifecycles.machines._mutants`."""
 
 from __future__ import annotations
 
-from lifecycles.machines.mutants import EquivalentMutant
+from lifecycles.machines._mutants import EquivalentMutant
+
+__all__ = [
+    "EQUIVALENT_MUTANTS",
+]
 
 _ROUTES_NOT_VALUES = (
     "no row of the table can break it: rows choose where a record goes, and this rule "

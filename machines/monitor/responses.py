@@ -9,6 +9,18 @@ from typing import Any
 from lifecycles.invariants.monitor import MonitorRecord
 from lifecycles.invariants.monitor_messages import STATUS_SCHEMA
 
+__all__ = [
+    "CAPABILITIES_SHA256",
+    "LEASE_AT_RECEIVER",
+    "START",
+    "failure_responses",
+    "progress_responses",
+    "receiver_answer",
+    "rejected_responses",
+    "responses",
+    "success_responses",
+]
+
 START = 1000.0
 """When the explored notifications are registered; the receiver's times are placed after."""
 CAPABILITIES_SHA256 = "c" * 64

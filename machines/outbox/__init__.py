@@ -50,10 +50,10 @@ from lifecycles.invariants.outbox import (
     normalise_text,
     timestamp_problem,
 )
-from lifecycles.machines.audit import FiredBy
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Changes, effect, guard
-from lifecycles.machines.work import Raised, Result, Step
+from lifecycles.machines._audit import FiredBy
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Changes, effect, guard
+from lifecycles.machines._work import Raised, Result, Step
 
 CODE = "close_outbox."
 CONFLICT = CODE + "conflict"
@@ -310,6 +310,7 @@ __all__ = [
     "CONFLICT",
     "CONFLICT_REASON",
     "FIRED_BY",
+    "NOT_ALLOWED",
     "OUTBOX",
     "RECORD_INVALID",
     "TABLE",

@@ -30,8 +30,8 @@ from lifecycles.invariants.outbox import (
     entry_id_for,
     intent_digest,
 )
-from lifecycles.machines.declaration import TransitionRefused
-from lifecycles.machines.exploration import (
+from lifecycles.machines._declaration import TransitionRefused
+from lifecycles.machines._exploration import (
     AcceptedCycle,
     ExpectationBroken,
     Exploration,
@@ -40,8 +40,25 @@ from lifecycles.machines.exploration import (
     strategy_in,
     trigger_move,
 )
-from lifecycles.machines.mutants import EquivalentMutant
+from lifecycles.machines._mutants import EquivalentMutant
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs
+
+__all__ = [
+    "ENQUEUED_AT",
+    "EQUIVALENT_MUTANTS",
+    "EXPLORATION",
+    "LATER",
+    "LONG_TEXT",
+    "OTHER_DIGEST",
+    "STRATEGIES",
+    "abstraction",
+    "enqueue_inputs",
+    "failure_inputs",
+    "initial_records",
+    "intent_record",
+    "quarantine_inputs",
+    "timed_inputs",
+]
 
 ENQUEUED_AT = "2026-01-01T00:00:00+00:00"
 LATER = "2026-01-01T00:05:00+00:00"

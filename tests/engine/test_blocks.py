@@ -1,4 +1,4 @@
-"""Retry and lease building blocks (lifecycles.machines.blocks): named guards, effects and
+"""Retry and lease building blocks (lifecycles.machines._blocks): named guards, effects and
 invariants generated for a record's own field names.
 
 Each block must decide what its meaning says, in the author's field names; its code is
@@ -25,8 +25,8 @@ from typing import Any
 import attrs
 import pytest
 
-from lifecycles.invariants.core import InvariantSet
-from lifecycles.machines.blocks import (
+from lifecycles.invariants._core import InvariantSet
+from lifecycles.machines._blocks import (
     Backoff,
     InputNames,
     Leasing,
@@ -35,9 +35,9 @@ from lifecycles.machines.blocks import (
     named_in,
     source_of,
 )
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import DefinitionError, Guard, TransitionRefused
-from lifecycles.machines.symbolic import symbolic_row
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import DefinitionError, Guard, TransitionRefused
+from lifecycles.machines._symbolic import symbolic_row
 from lifecycles.stores.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]

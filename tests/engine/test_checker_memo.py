@@ -1,4 +1,4 @@
-"""The checker's memo (lifecycles.machines.memo), and the observers of a search.
+"""The checker's memo (lifecycles.machines._memo), and the observers of a search.
 
 A memo keeps a bounded number of keys and never takes one object for another; a fire the
 search repeats in one state is still told to every observer, as the engine tells it. The
@@ -12,9 +12,9 @@ import attrs
 from support.observers import Counting
 from support.tasks_inputs import EXPLORATION, claims
 
-from lifecycles.machines.exhaustive import explore
-from lifecycles.machines.exploration import trigger_move
-from lifecycles.machines.memo import ByIdentity, memoized
+from lifecycles.machines._exhaustive import explore
+from lifecycles.machines._exploration import trigger_move
+from lifecycles.machines._memo import ByIdentity, memoized
 
 
 def test_a_memo_starts_again_empty_when_full_and_never_confuses_two_objects() -> None:

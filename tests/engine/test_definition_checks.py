@@ -16,10 +16,10 @@ import attrs
 import pytest
 from support.tasks import TASKS
 
-from lifecycles.invariants.core import InvariantSet
-from lifecycles.machines import checks
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import (
+from lifecycles.invariants._core import InvariantSet
+from lifecycles.machines import _checks as checks
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import (
     Changes,
     DefinitionError,
     Effect,

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 from support.dispatch import decided, every_lifecycle, firings_asked
 from support.tasks import Task, new_task
 
-from lifecycles.invariants.core import FieldRule, FieldRuleViolation, field_rules
-from lifecycles.machines.builders import evolver
-from lifecycles.machines.core import Lifecycle
+from lifecycles.invariants._core import FieldRule, FieldRuleViolation, field_rules
+from lifecycles.machines._builders import evolver
+from lifecycles.machines._core import Lifecycle
 
 DEPTH = 3
 

@@ -18,16 +18,16 @@ import pytest
 from support.monitor import T0, TOKEN, WORKER, held, registered
 from transitions import Machine
 
-from lifecycles.invariants.core import InvariantSet, InvariantViolation, invariant
+from lifecycles.invariants._core import InvariantSet, InvariantViolation, invariant
 from lifecycles.invariants.monitor import (
     STATE_INVALID,
     MonitorRecord,
     MonitorStatus,
     ReceiverStatus,
 )
-from lifecycles.machines import engine
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import (
+from lifecycles.machines import _engine as engine
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import (
     Changes,
     EffectContractError,
     TransitionRefused,

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from support.deliveries import DELIVERIES, Message, MessageInputs, MessageStatus, finish_delivery
 
-from lifecycles.stores.base import Store
-from lifecycles.stores.files import FilesStore
-from lifecycles.stores.memory import MemoryStore
-from lifecycles.worker_steps import ExclusiveWork
+from lifecycles._worker_steps import ExclusiveWork
+from lifecycles.stores._base import Store
+from lifecycles.stores._files import FilesStore
+from lifecycles.stores._memory import MemoryStore
 
 
 @pytest.fixture(params=["memory", "files"])

@@ -22,13 +22,13 @@ from typing import Any
 import attrs
 import pytest
 
-from lifecycles.loading import load_exploration
-from lifecycles.machines.exhaustive import explore
-from lifecycles.machines.exploration import Exploration
+from lifecycles._loading import load_exploration
+from lifecycles.machines._exhaustive import explore
+from lifecycles.machines._exploration import Exploration
+from lifecycles.machines._partition import explore_apart
 from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
 from lifecycles.machines.monitor.inputs import monitor_exploration
 from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION
-from lifecycles.machines.partition import explore_apart
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,7 +90,7 @@ def test_the_search_explores_exactly_what_it_did(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_the_search_split_by_initial_record_explores_exactly_the_same(name: str) -> None:
     """Searched apart in two processes (or serially, when the parts would meet or a
-    violation is found: lifecycles.machines.partition), the result is the pinned one."""
+    violation is found: lifecycles.machines._partition), the result is the pinned one."""
     assert summary(_explorations()[name], processes=2) == PINNED[name]
 
 

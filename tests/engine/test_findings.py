@@ -1,5 +1,5 @@
 """search_findings: what `lifecycles check` and its mutants report about a search that
-broke no rule, written once (lifecycles.machines.findings)."""
+broke no rule, written once (lifecycles.machines._findings)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import attrs
 
-from lifecycles.machines.exhaustive import explore
-from lifecycles.machines.exploration import trigger_move
-from lifecycles.machines.findings import search_findings
+from lifecycles.machines._exhaustive import explore
+from lifecycles.machines._exploration import trigger_move
+from lifecycles.machines._findings import search_findings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 

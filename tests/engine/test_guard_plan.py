@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from support.dispatch import decided, every_lifecycle, firings_asked
 
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.coverage import Coverage
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._coverage import Coverage
 
 
 @pytest.mark.parametrize("lifecycle", every_lifecycle(), ids=lambda lifecycle: lifecycle.name)

@@ -1,4 +1,4 @@
-"""Interleaved workers (lifecycles.machines.interleaving): the lease protocol explored
+"""Interleaved workers (lifecycles.machines._interleaving): the lease protocol explored
 with several workers on the memory store, and each of its properties shown to fail on
 a table that gets it wrong. On the tests' leased tasks (tests/support/tasks.py) and the
 leased jobs of examples/defects; the monitor's own interleavings are tested in
@@ -15,17 +15,17 @@ import attrs
 import pytest
 from support.tasks_inputs import EXPLORATION as TASKS_EXPLORATION
 
-from lifecycles.invariants.core import InvariantSet
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.exhaustive import explore
-from lifecycles.machines.exploration import Exploration, TraceMismatch
-from lifecycles.machines.interleaving import (
+from lifecycles.invariants._core import InvariantSet
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._exhaustive import explore
+from lifecycles.machines._exploration import Exploration, TraceMismatch
+from lifecycles.machines._interleaving import (
     InterleavingViolation,
     explore_workers,
     replay_interleaving,
 )
-from lifecycles.machines.liveness import liveness
-from lifecycles.machines.mutants import redeclared
+from lifecycles.machines._liveness import liveness
+from lifecycles.machines._mutants import redeclared
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # examples/ imports as from a clone's root

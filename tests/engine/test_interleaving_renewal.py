@@ -7,8 +7,8 @@ from __future__ import annotations
 from support.tasks import TABLE, TASKS
 from support.tasks_inputs import EXPLORATION, exploration
 
-from lifecycles.machines.interleaving import explore_workers
-from lifecycles.machines.mutants import redeclared
+from lifecycles.machines._interleaving import explore_workers
+from lifecycles.machines._mutants import redeclared
 
 
 def test_the_task_lifecycle_keeps_every_property_with_renewing_workers() -> None:

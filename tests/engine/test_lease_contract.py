@@ -14,13 +14,13 @@ from typing import Any, TypeVar
 import pytest
 from support.tasks import TASKS, Task, TaskInputs, new_task
 
+from lifecycles._worker import Worker
+from lifecycles._worker_lease import HeldLease
 from lifecycles.machines import lease
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Row, TransitionRefused
-from lifecycles.stores.base import StaleRecord, Store
-from lifecycles.stores.memory import MemoryStore
-from lifecycles.worker import Worker
-from lifecycles.worker_lease import HeldLease
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Row, TransitionRefused
+from lifecycles.stores._base import StaleRecord, Store
+from lifecycles.stores._memory import MemoryStore
 
 R = TypeVar("R")
 

@@ -15,7 +15,7 @@ from typing import Any
 from support.tasks import TASKS, TaskInputs, new_task
 
 from lifecycles.machines import lease
-from lifecycles.stores.memory import MemoryStore
+from lifecycles.stores._memory import MemoryStore
 
 LEASE_SECONDS = 30.0
 

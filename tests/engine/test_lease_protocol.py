@@ -20,9 +20,9 @@ from support.deliveries import DELIVERIES
 from support.tasks import BACKOFF_SECONDS, TASKS, TaskInputs, new_task
 
 from lifecycles.machines import lease
-from lifecycles.machines.declaration import Row
-from lifecycles.stores.base import StaleRecord
-from lifecycles.stores.memory import MemoryStore
+from lifecycles.machines._declaration import Row
+from lifecycles.stores._base import StaleRecord
+from lifecycles.stores._memory import MemoryStore
 
 
 def record(i: int, *, created: float, max_attempts: int = 3) -> Any:

@@ -1,4 +1,4 @@
-"""Liveness on the explored graph (lifecycles.machines.liveness).
+"""Liveness on the explored graph (lifecycles.machines._liveness).
 
 Stuck states (no path to a final status) and cycles of non-final states, the latter
 accepted only when declared beside the table. Hand-built graphs pin the analysis; the
@@ -13,9 +13,9 @@ import attrs
 from support.tasks import TASKS
 from support.tasks_inputs import EXPLORATION as TASKS_EXPLORATION
 
-from lifecycles.machines.exhaustive import explore
-from lifecycles.machines.exploration import AcceptedCycle, Graph
-from lifecycles.machines.liveness import liveness
+from lifecycles.machines._exhaustive import explore
+from lifecycles.machines._exploration import AcceptedCycle, Graph
+from lifecycles.machines._liveness import liveness
 
 
 def graph(final: list[bool], edges: dict[int, list[tuple[int, str, bool]]]) -> Graph:
@@ -85,7 +85,7 @@ def test_every_edge_of_the_graph_is_kept() -> None:
 
 
 def test_the_auditor_page_shows_the_bounds_and_the_accepted_cycles() -> None:
-    from lifecycles.diagrams_page import page
+    from lifecycles._diagrams_page import page
 
     text = page(TASKS, "", svg_name="m.svg", dot_name="m.dot", mermaid_name="m.mmd")
     assert f"within these bounds: {TASKS_EXPLORATION.bounds}" in text

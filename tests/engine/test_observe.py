@@ -19,11 +19,11 @@ from support.metrics import points, recording
 from support.tasks import TASKS, Task, new_task
 
 from lifecycles import observe
-from lifecycles.machines.work import Outcome, Permanent
-from lifecycles.stores.base import Store, StoreUnavailable
+from lifecycles._worker import Idle, Worker
+from lifecycles._worker_lease import HeldLease
+from lifecycles.machines._work import Outcome, Permanent
+from lifecycles.stores._base import Store, StoreUnavailable
 from lifecycles.stores.sqlite import SQLiteStore
-from lifecycles.worker import Idle, Worker
-from lifecycles.worker_lease import HeldLease
 
 StoreFactory = Callable[[], Store[Task]]
 LOGGER = "lifecycles.tasks"
@@ -305,8 +305,8 @@ def test_an_exclusive_pass_logs_and_counts_its_steps(
         finish_delivery,
     )
 
-    from lifecycles.stores.files import FilesStore
-    from lifecycles.worker_steps import ExclusiveWork
+    from lifecycles._worker_steps import ExclusiveWork
+    from lifecycles.stores._files import FilesStore
 
     store = FilesStore(DELIVERIES, tmp_path / "messages")
     for key in ("m0", "m1"):
@@ -340,7 +340,7 @@ def test_the_lease_protocol_alone_reports_nothing_a_store_claim_reports_its_resc
     from support.tasks import TaskInputs
 
     from lifecycles.machines import lease as lease_protocol
-    from lifecycles.stores.memory import MemoryStore
+    from lifecycles.stores._memory import MemoryStore
 
     caplog.set_level(logging.DEBUG, logger="lifecycles")
 
@@ -453,7 +453,7 @@ def test_without_opentelemetry_a_worker_runs_and_logs_and_nothing_is_imported(
         import logging, sqlite3, sys
         sys.modules["opentelemetry"] = None  # what an absent package looks like to import
         sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-        import lifecycles.worker
+        import lifecycles._worker
         assert not any(name.startswith("opentelemetry") for name in sys.modules
                        if sys.modules[name] is not None), "imported at import time"
         from support.tasks import TASKS, new_task
@@ -463,7 +463,7 @@ def test_without_opentelemetry_a_worker_runs_and_logs_and_nothing_is_imported(
                             format="%(lifecycle_event)s %(lifecycle_key)s")
         store = SQLiteStore(TASKS, sqlite3.connect({str(tmp_path / "tasks.db")!r}))
         store.insert(new_task("t-1"))
-        worker = lifecycles.worker.Worker(TASKS, store, lambda task, lease: None)
+        worker = lifecycles._worker.Worker(TASKS, store, lambda task, lease: None)
         assert worker.run_once() is not None
         assert not worker.work.observer.collecting()
         assert observe.watch_health(store, TASKS) is None

@@ -1,7 +1,7 @@
 """A record type with converters or ``__attrs_post_init__``: a row builds the new record
 as ``attrs.evolve`` would.
 
-``Lifecycle.apply_row`` builds the new record through ``evolver`` (machines/builders.py), a
+``Lifecycle.apply_row`` builds the new record through ``evolver`` (machines/_builders.py), a
 generated copy that converts and validates only the changed fields. A plain converter
 runs there on each written value; a record class whose construction can do more (an
 ``attrs.Converter`` that reads the instance or the field, an ``__attrs_post_init__``)
@@ -18,10 +18,10 @@ from typing import Any
 import attrs
 import pytest
 
-from lifecycles.invariants.core import FieldRule, InvariantSet, InvariantViolation, invariant
-from lifecycles.machines.builders import evolver
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Changes, effect
+from lifecycles.invariants._core import FieldRule, InvariantSet, InvariantViolation, invariant
+from lifecycles.machines._builders import evolver
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Changes, effect
 
 
 class Phase(StrEnum):

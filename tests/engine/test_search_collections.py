@@ -8,9 +8,9 @@ import gc
 
 from support.tasks_inputs import exploration as tasks_exploration
 
-from lifecycles.machines import exploration
-from lifecycles.machines.exhaustive import explore
-from lifecycles.machines.exploration import YOUNG_OBJECTS
+from lifecycles.machines import _exploration as exploration
+from lifecycles.machines._exhaustive import explore
+from lifecycles.machines._exploration import YOUNG_OBJECTS
 
 
 def test_the_threshold_is_raised_during_a_search_and_restored_after() -> None:

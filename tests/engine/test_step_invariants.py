@@ -20,14 +20,14 @@ import pytest
 from support.tasks import TASKS, TaskStatus
 from support.tasks_inputs import EXPLORATION as TASKS_EXPLORATION
 
-from lifecycles.diagrams_page import page
-from lifecycles.invariants.core import InvariantSet, StepViolation, step_invariant
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Changes, effect
-from lifecycles.machines.exhaustive import explore
-from lifecycles.machines.exploration import Exploration, trigger_move
-from lifecycles.machines.work import Step
-from lifecycles.stores.memory import MemoryStore
+from lifecycles._diagrams_page import page
+from lifecycles.invariants._core import InvariantSet, StepViolation, step_invariant
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Changes, effect
+from lifecycles.machines._exhaustive import explore
+from lifecycles.machines._exploration import Exploration, trigger_move
+from lifecycles.machines._work import Step
+from lifecycles.stores._memory import MemoryStore
 from lifecycles.stores.sqlite import SQLiteStore
 
 

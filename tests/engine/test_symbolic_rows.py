@@ -1,6 +1,6 @@
 """A row's symbolic form (its guards and effect as expressions) against its Python functions.
 
-lifecycles.machines.symbolic calls a row's guard and effect functions once on symbolic
+lifecycles.machines._symbolic calls a row's guard and effect functions once on symbolic
 arguments. Rendered as SQL by the rules' renderer, the form must decide exactly what
 the functions decide: whether the row fires, and then every value it writes. Records
 are every state the checker reaches in the row's source status, inputs are drawn by
@@ -22,7 +22,7 @@ from support.symbolic_rows import agree, forms, reached
 from support.tasks import TASKS
 from support.tasks_inputs import EXPLORATION as TASKS_EXPLORATION
 
-from lifecycles.machines.symbolic import NoSymbolicForm, symbolic_row
+from lifecycles.machines._symbolic import NoSymbolicForm, symbolic_row
 from lifecycles.stores.sqlite import SQLiteStore
 
 EXPLORATIONS = [(TASKS, TASKS_EXPLORATION)]

@@ -1,4 +1,4 @@
-"""The table version covers the code that decides (lifecycles.machines.versioning):
+"""The table version covers the code that decides (lifecycles.machines._versioning):
 a changed guard, effect, invariant, step invariant, field rule or function beside the
 table changes it, and so fails `lifecycles diagrams --check` until the pages are
 regenerated; the same code gives the same version in every process."""
@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import pytest
 
-from lifecycles.invariants.core import (
+from lifecycles.invariants._core import (
     FieldRule,
     InvariantSet,
     expressed,
@@ -23,10 +23,10 @@ from lifecycles.invariants.core import (
     matches,
     step_invariant,
 )
-from lifecycles.invariants.expressions import Fields
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import effect, guard
-from lifecycles.machines.versioning import canonical, code_material
+from lifecycles.invariants._expressions import Fields
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import effect, guard
+from lifecycles.machines._versioning import canonical, code_material
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -195,16 +195,16 @@ def test_code_without_source_is_covered_by_its_name() -> None:
 
 # The shipped lifecycles' table versions, pinned. A version digests the table and the
 # source of every guard, effect, invariant, step invariant, field rule and function
-# declared beside it (lifecycles.machines.versioning), so it changes whenever any of
+# declared beside it (lifecycles.machines._versioning), so it changes whenever any of
 # them changes, a comment or docstring inside them included. Updating a pin is
 # deliberate: it says the shipped behaviour's code changed. Regenerate the pages in
 # the same commit (`lifecycles diagrams`; `lifecycles diagrams --check` fails until
 # then), and re-record the status snapshot (`lifecycles check --record-statuses`).
-PINNED_TABLE_VERSIONS = {"monitor": "d6de35ce7c25", "outbox": "17d8c9004010"}
+PINNED_TABLE_VERSIONS = {"monitor": "1899cd32a9a0", "outbox": "17d8c9004010"}
 
 
 def test_the_shipped_table_versions_are_pinned() -> None:
-    from lifecycles.registry import registered
+    from lifecycles._registry import registered
 
     shipped = registered()
     assert {name: shipped[name].table_version for name in PINNED_TABLE_VERSIONS} == (
@@ -258,8 +258,8 @@ def test_a_changed_guard_body_fails_the_diagrams_check_until_regenerated(
 
 def test_a_function_a_factory_made_is_versioned_with_what_it_was_made_with() -> None:
     """outcomes() gives one source whatever triggers it names: its closure tells them apart."""
-    from lifecycles.machines.versioning import digest_of
-    from lifecycles.machines.work import outcomes
+    from lifecycles.machines._versioning import digest_of
+    from lifecycles.machines._work import outcomes
 
     same = digest_of(outcomes(success="succeed", failure="fail"))
     assert same == digest_of(outcomes(success="succeed", failure="fail"))
@@ -269,9 +269,9 @@ def test_a_function_a_factory_made_is_versioned_with_what_it_was_made_with() -> 
 def test_the_handling_is_part_of_the_version() -> None:
     import attrs
 
-    from lifecycles.machines.mutants import redeclared
-    from lifecycles.machines.work import outcomes
-    from lifecycles.registry import import_target
+    from lifecycles._registry import import_target
+    from lifecycles.machines._mutants import redeclared
+    from lifecycles.machines._work import outcomes
 
     tasks = import_target(str(ROOT / "tests" / "support" / "tasks.py")).TASKS
     assert tasks.handling is not None

@@ -17,14 +17,14 @@ import attrs
 import pytest
 from support.tasks import TASKS, Task, TaskInputs, new_task
 
-from lifecycles.machines.declaration import TransitionRefused
+from lifecycles._worker import Idle, Worker
+from lifecycles._worker_lease import HeldLease, WorkOutcome
+from lifecycles.machines._declaration import TransitionRefused
+from lifecycles.machines._work import Outcome, Permanent, Raised, Returned
 from lifecycles.machines.lease import LostRace
-from lifecycles.machines.work import Outcome, Permanent, Raised, Returned
-from lifecycles.stores.base import Store, StoreUnavailable
-from lifecycles.stores.memory import MemoryStore
+from lifecycles.stores._base import Store, StoreUnavailable
+from lifecycles.stores._memory import MemoryStore
 from lifecycles.stores.sqlite import SQLiteStore
-from lifecycles.worker import Idle, Worker
-from lifecycles.worker_lease import HeldLease, WorkOutcome
 
 StoreFactory = Callable[[], Store[Task]]
 

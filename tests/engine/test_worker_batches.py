@@ -21,11 +21,11 @@ import pytest
 from support.postgres import connect_in, require_postgres, temporary_schema
 from support.tasks import TASKS, Task, TaskStatus, new_task
 
-from lifecycles.stores.base import Store
-from lifecycles.stores.memory import MemoryStore
+from lifecycles._worker import Worker
+from lifecycles._worker_lease import HeldLease, WorkOutcome
+from lifecycles.stores._base import Store
+from lifecycles.stores._memory import MemoryStore
 from lifecycles.stores.sqlite import SQLiteStore
-from lifecycles.worker import Worker
-from lifecycles.worker_lease import HeldLease, WorkOutcome
 
 assert TASKS.handling is not None
 UNRENEWED = attrs.evolve(TASKS.handling, renewal=None)

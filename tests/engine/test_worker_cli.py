@@ -176,7 +176,7 @@ def test_a_stop_while_a_dead_process_waits_to_be_started_again_is_a_clean_stop(
     import multiprocessing
     import threading
 
-    from lifecycles import cli_worker
+    from lifecycles import _cli_worker as cli_worker
 
     class Context:
         Process = DeadOnArrival

@@ -12,16 +12,16 @@ import pytest
 from support.postgres import connect_in, pg_schema, require_postgres, temporary_schema
 from support.tasks import TASKS, Task, new_task
 
-from lifecycles.stores.base import Store, StoreUnavailable
-from lifecycles.worker import Idle, Worker
-from lifecycles.worker_lease import HeldLease
+from lifecycles._worker import Idle, Worker
+from lifecycles._worker_lease import HeldLease
+from lifecycles.stores._base import Store, StoreUnavailable
 
 __all__ = ["pg_schema"]  # a fixture, used by name
 
 require_postgres()
 
+from lifecycles.stores._postgres_notify import channel_of  # noqa: E402
 from lifecycles.stores.postgres import PostgresStore  # noqa: E402 - needs psycopg
-from lifecycles.stores.postgres_notify import channel_of  # noqa: E402
 
 
 @pytest.fixture

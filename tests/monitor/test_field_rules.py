@@ -16,7 +16,7 @@ import attrs
 import pytest
 from support.monitor import LEASED, PENDING, RETRY_WAIT, T0, held, plain_row, reference_accepts
 
-from lifecycles.invariants.core import (
+from lifecycles.invariants import (
     FieldRule,
     FieldRuleViolation,
     InvariantViolation,

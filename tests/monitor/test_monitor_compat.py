@@ -31,7 +31,6 @@ from support.reference import require_reference
 
 import lifecycles.monitor as lifecycles_monitor
 from lifecycles.invariants.monitor import COLUMNS
-from lifecycles.stores.sql_health import HealthQueries
 
 reference = require_reference("terminal_processing_monitor")
 CODE = "terminal_processing_monitor."
@@ -229,7 +228,7 @@ def rules_index_names() -> set[str]:
     return names
 
 
-def rules_queries() -> HealthQueries:
+def rules_queries() -> Any:
     """The monitor's rule statements on SQLite, as its store builds them."""
     connection = sqlite3.connect(":memory:")
     try:

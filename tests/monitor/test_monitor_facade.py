@@ -18,7 +18,7 @@ from support.monitor import (
     table_dump,
 )
 
-from lifecycles.invariants.core import field_rules
+from lifecycles.invariants import field_rules
 from lifecycles.invariants.monitor import (
     capabilities_rule,
     event_id_rule,

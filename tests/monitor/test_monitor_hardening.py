@@ -188,7 +188,7 @@ POSTGRES_CHANGES: dict[str, list[str]] = {
 
 def plant_postgres(other: Any, change: str) -> None:
     from lifecycles.monitor.schema import MonitorSchema, render
-    from lifecycles.stores.postgres_dialect import PostgresDialect
+    from lifecycles.stores.postgres import PostgresDialect
 
     statements = list(POSTGRES_CHANGES[change])
     if change == "recreate_table":

@@ -33,7 +33,7 @@ from support.monitor import (
     reference_monitor,
 )
 
-from lifecycles.invariants.core import InvariantViolation, build_record, field_rules
+from lifecycles.invariants import InvariantViolation, build_record, field_rules
 from lifecycles.invariants.monitor import (
     COLUMNS,
     MONITOR_INVARIANTS,

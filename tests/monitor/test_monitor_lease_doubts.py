@@ -33,7 +33,7 @@ from lifecycles.monitor.facade import (
     InputInvalid,
     TerminalProcessingMonitorBlocked,
 )
-from lifecycles.stores.base import StoreUnavailable
+from lifecycles.stores import StoreUnavailable
 from lifecycles.stores.sqlite import connect
 
 CODE = "terminal_processing_monitor."

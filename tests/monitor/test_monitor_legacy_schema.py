@@ -22,7 +22,7 @@ from support.postgres import Connect, pg_connect, pg_schema
 from lifecycles.cli import main
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, InputInvalid, StorageBlocked
 from lifecycles.monitor.schema import META, TABLE
-from lifecycles.stores.base import SchemaMismatch
+from lifecycles.stores import SchemaMismatch
 
 __all__ = ["pg_connect", "pg_schema"]  # fixtures, used by name
 
@@ -178,7 +178,7 @@ def pg_state(connection: Any) -> list[Any]:
 
 
 def pg_build(connection: Any, **case: Any) -> None:
-    from lifecycles.stores.postgres_dialect import PostgresDialect
+    from lifecycles.stores.postgres import PostgresDialect
 
     for statement in hand_made(PostgresDialect(), **case):
         connection.execute(statement)

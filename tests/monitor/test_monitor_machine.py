@@ -23,7 +23,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from support.monitor import reference_monitor
 
-from lifecycles.invariants.core import InvariantViolation
+from lifecycles.invariants import InvariantViolation
 from lifecycles.invariants.monitor import (
     COLUMNS,
     MONITOR_INVARIANTS,
@@ -34,11 +34,7 @@ from lifecycles.invariants.monitor import (
     ReceiverStatus,
 )
 from lifecycles.invariants.monitor_messages import ANSWER_RULES, ANSWER_SHAPE, STATUS_SCHEMA
-from lifecycles.machines import checks
-from lifecycles.machines.blocks import Backoff
-from lifecycles.machines.declaration import TransitionRefused
-from lifecycles.machines.exhaustive import explore
-from lifecycles.machines.liveness import liveness
+from lifecycles.machines import Backoff, TransitionRefused, explore, liveness
 from lifecycles.machines.monitor import (
     MONITOR,
     AnswerRefused,
@@ -410,11 +406,6 @@ def test_retry_delay_is_capped_exponential_backoff() -> None:
     assert retry_delay(policy, 0) == 5  # the exponent never goes negative
     odd = RetryPolicy(base_delay_seconds=0.75, max_delay_seconds=4)
     assert [retry_delay(odd, n) for n in range(1, 6)] == [0.75, 1.5, 3.0, 4, 4]
-
-
-def test_the_monitor_passes_every_definition_check() -> None:
-    for check in checks.DEFINITION_CHECKS:
-        check(MONITOR)
 
 
 def test_the_default_retry_delay_is_the_backoff_block_with_base_5_cap_300() -> None:

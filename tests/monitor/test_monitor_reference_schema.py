@@ -9,8 +9,8 @@ import pytest
 from lifecycles.machines import lease
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.schema import QUERIES, MonitorSchema, parse_named_blocks, render
-from lifecycles.stores.postgres_dialect import PostgresDialect
-from lifecycles.stores.sql_schema import SQLSchema
+from lifecycles.stores import SQLSchema
+from lifecycles.stores.postgres import PostgresDialect
 from lifecycles.stores.sqlite import SQLiteDialect
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from support.store_operations import filled, operations
 
-from lifecycles.diagrams_sql import sql_files
+from lifecycles.diagrams import generate
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.schema import open_monitor_store
 
@@ -73,7 +73,7 @@ def traced_monitor_store() -> tuple[list[str], Any]:
 
 
 def test_the_committed_file_is_the_rendered_one() -> None:
-    rendered = sql_files("monitor", MONITOR)
+    rendered = generate({"monitor": MONITOR}, graphviz=None).files
     for name in ("monitor.sqlite.sql", "monitor.postgres.sql"):
         assert (COMMITTED / name).read_bytes() == rendered[name], (
             f"run `lifecycles diagrams`: {name} drifted")

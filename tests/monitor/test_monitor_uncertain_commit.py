@@ -29,14 +29,14 @@ from support.monitor import CAPABILITIES, answer, notification
 from support.pg_proxy import Cut, Exchange, Proxied, commit_of, proxied_connections, statement
 from support.postgres import pg_schema, require_postgres
 
-from lifecycles.machines.declaration import LifecycleError
+from lifecycles.machines import LifecycleError
 from lifecycles.monitor.facade import (
     DatabaseUnreachable,
     DurableTerminalProcessingMonitor,
     StorageBlocked,
     TerminalProcessingMonitorBlocked,
 )
-from lifecycles.stores.base import StoreUnavailable
+from lifecycles.stores import StoreUnavailable
 
 __all__ = ["pg_schema"]  # a fixture, used by name
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from lifecycles.cli import main
-from lifecycles.invariants.core import canonical_json
+from lifecycles.invariants import canonical_json
 from lifecycles.machines.outbox import OUTBOX
 from lifecycles.outbox.facade import CloseOutbox, CloseRequest
 

@@ -19,9 +19,9 @@ import attrs
 import pytest
 
 import lifecycles.outbox.facade as ours
-from lifecycles.invariants.core import InvariantViolation, canonical_json
+from lifecycles.invariants import InvariantViolation, canonical_json
 from lifecycles.invariants.outbox import MAX_PAYLOAD_BYTES, OutboxStatus, entry_id_for
-from lifecycles.machines.declaration import TransitionRefused
+from lifecycles.machines import TransitionRefused
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs
 
 FIXED_NOW = "2026-01-02T03:04:05.000006+00:00"

@@ -17,7 +17,12 @@ from typing import Any
 import attrs
 import pytest
 
-from lifecycles.invariants.core import InvariantViolation, build_record, canonical_json, field_rules
+from lifecycles.invariants import (
+    InvariantViolation,
+    build_record,
+    canonical_json,
+    field_rules,
+)
 from lifecycles.invariants.outbox import (
     MAX_PAYLOAD_BYTES,
     MAX_RECORD_FILE_BYTES,
@@ -34,7 +39,7 @@ from lifecycles.invariants.outbox import (
 )
 from lifecycles.machines.outbox import OUTBOX
 from lifecycles.outbox.facade import OUTBOX_LAYOUT, CloseRequest, InvalidCloseRequestError
-from lifecycles.stores.files import FilesStore, UntrustedRecord
+from lifecycles.stores import FilesStore, UntrustedRecord
 
 NOW = "2026-03-04T05:06:07.000008+00:00"
 

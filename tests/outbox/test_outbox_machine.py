@@ -7,11 +7,9 @@ from datetime import UTC, datetime, timedelta, timezone
 import attrs
 import pytest
 
-from lifecycles.invariants.core import InvariantViolation
+from lifecycles.invariants import InvariantViolation
 from lifecycles.invariants.outbox import OutboxRecord, OutboxStatus, entry_id_for, intent_digest
-from lifecycles.machines.declaration import TransitionRefused
-from lifecycles.machines.exhaustive import explore
-from lifecycles.machines.liveness import liveness
+from lifecycles.machines import TransitionRefused, explore, liveness
 from lifecycles.machines.outbox import (
     CONFLICT,
     NOT_ALLOWED,
@@ -25,7 +23,7 @@ from lifecycles.machines.outbox import (
     pending_copy_fate,
 )
 from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION
-from lifecycles.registry import registered
+from lifecycles.project import resolve
 
 T0 = "2026-05-01T10:00:00+00:00"
 T1 = "2026-05-01T10:05:00+02:00"
@@ -61,7 +59,7 @@ def refusal(trigger: str, record: OutboxRecord, inputs: OutboxInputs) -> Transit
 
 
 def test_the_outbox_is_registered_with_its_derived_sets() -> None:
-    assert registered()["outbox"] is OUTBOX
+    assert resolve("outbox") is OUTBOX
     assert OUTBOX.initial is OutboxStatus.PENDING
     assert OUTBOX.final == {OutboxStatus.DELIVERED, OutboxStatus.QUARANTINED}
     assert OUTBOX.triggers == ("enqueue", "attempt", "deliver", "fail_delivery", "quarantine")

@@ -28,7 +28,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from lifecycles.invariants.core import canonical_json
+from lifecycles.invariants import canonical_json
 from lifecycles.invariants.outbox import (
     MAX_RECORD_FILE_BYTES,
     OUTBOX_INVARIANTS,
@@ -44,7 +44,7 @@ from lifecycles.outbox.facade import (
     OutboxConflictError,
     OutboxCorruptError,
 )
-from lifecycles.stores.files import FilesStore
+from lifecycles.stores import FilesStore
 
 RUNS = ("run-a", "run-b", "run-c")
 TRANSACTIONS = ("tx-1", "tx-2", "tx-3")

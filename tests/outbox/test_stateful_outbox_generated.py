@@ -14,8 +14,7 @@ from pathlib import Path
 from lifecycles.invariants.outbox import OutboxRecord
 from lifecycles.machines.outbox import OUTBOX
 from lifecycles.outbox.facade import OUTBOX_LAYOUT
-from lifecycles.stores.files import FilesStore
-from lifecycles.stores.memory import MemoryStore
+from lifecycles.stores import FilesStore, MemoryStore
 from lifecycles.testing import build_state_machine
 
 _ROOTS = tempfile.TemporaryDirectory(prefix="lifecycles-stateful-outbox-")

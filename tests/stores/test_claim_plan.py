@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 from support.postgres import connect_in, temporary_schema
 
+from lifecycles._registry import registered
 from lifecycles.machines import lease
-from lifecycles.machines.core import Lifecycle
+from lifecycles.machines._core import Lifecycle
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.schema import MonitorSchema
-from lifecycles.registry import registered
+from lifecycles.stores._sql import SQLStore
+from lifecycles.stores._sql_lease import SORTED_AT_MOST
+from lifecycles.stores._sql_schema import SQLSchema
 from lifecycles.stores.postgres import PostgresStore
-from lifecycles.stores.sql import SQLStore
-from lifecycles.stores.sql_lease import SORTED_AT_MOST
-from lifecycles.stores.sql_schema import SQLSchema
 from lifecycles.stores.sqlite import SQLiteStore
 
 LEASED = [lifecycle for lifecycle in registered().values() if lifecycle.lease is not None]

@@ -19,13 +19,13 @@ import attrs
 import pytest
 from support.postgres import connect_in, temporary_schema
 
-from lifecycles.invariants.core import InvariantSet
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Changes, effect
-from lifecycles.stores import sql
-from lifecycles.stores.base import StaleRecord
+from lifecycles.invariants._core import InvariantSet
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Changes, effect
+from lifecycles.stores import _sql as sql
+from lifecycles.stores._base import StaleRecord
+from lifecycles.stores._sql import SQLStore
 from lifecycles.stores.postgres import PostgresStore
-from lifecycles.stores.sql import SQLStore
 from lifecycles.stores.sqlite import SQLiteStore
 
 

@@ -1,6 +1,6 @@
 """One conformance suite: every lifecycle on every store, through the same tests.
 
-The store contract (stores/base.py) promises atomicity, compare-and-set, idempotent
+The store contract (stores/_base.py) promises atomicity, compare-and-set, idempotent
 creation, validation on read and, for leased lifecycles, claim order and expiry
 recovery. Each test below runs for every (lifecycle, store) pair: the lifecycles
 this installation registers (plus the outbox when its module exists but is not yet
@@ -34,11 +34,11 @@ from conftest import POSTGRES_DSN_VARIABLE
 from support.postgres import DSN, SKIP_REASON, require_postgres
 from support.store_kinds import Opened, StoreKind, kinds_for
 
-from lifecycles.invariants.core import InvariantViolation
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import TransitionRefused
-from lifecycles.registry import registered
-from lifecycles.stores.base import StaleRecord, Store
+from lifecycles._registry import registered
+from lifecycles.invariants._core import InvariantViolation
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import TransitionRefused
+from lifecycles.stores._base import StaleRecord, Store
 
 Step = tuple[str, Any]  # (trigger, inputs)
 

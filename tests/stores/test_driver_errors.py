@@ -33,7 +33,7 @@ from support.store_operations import (
 
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.facade import DatabaseUnreachable, DurableTerminalProcessingMonitor
-from lifecycles.stores.base import StoreUnavailable
+from lifecycles.stores._base import StoreUnavailable
 from lifecycles.stores.sqlite import SQLiteStore, connect
 
 GENERIC = "lifecycles.database_unreachable"

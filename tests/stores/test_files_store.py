@@ -25,8 +25,8 @@ from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs
 from lifecycles.outbox.facade import OUTBOX_LAYOUT, CloseRequest
 from lifecycles.outbox.facade import new_record as new_outbox_record
-from lifecycles.stores.base import StaleRecord
-from lifecycles.stores.files import (
+from lifecycles.stores._base import StaleRecord
+from lifecycles.stores._files import (
     FilesLayout,
     FilesStore,
     Listing,
@@ -289,7 +289,7 @@ HOLD_LOCK = """
 import sys
 from lifecycles.machines.outbox import OUTBOX
 from lifecycles.outbox.facade import OUTBOX_LAYOUT
-from lifecycles.stores.files import FilesStore
+from lifecycles.stores._files import FilesStore
 store = FilesStore(OUTBOX, sys.argv[1], OUTBOX_LAYOUT)
 with store.locked():
     print("held", flush=True)

@@ -38,13 +38,13 @@ from support.os_faults import (
     unprivileged_directory,
 )
 
-from lifecycles.machines.declaration import LifecycleError
+from lifecycles.machines._declaration import LifecycleError
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs
 from lifecycles.outbox.facade import OUTBOX_LAYOUT, CloseRequest
 from lifecycles.outbox.facade import new_record as new_outbox_record
-from lifecycles.stores.base import StoreDamaged, StoreUnavailable
-from lifecycles.stores.files import (
+from lifecycles.stores._base import StoreDamaged, StoreUnavailable
+from lifecycles.stores._files import (
     FilesDamaged,
     FilesStore,
     FilesUnavailable,

@@ -1,6 +1,6 @@
 """Promises of the files store that a code-mutation study found unguarded (issue 26).
 
-Each test here fails against one mutation of stores/files/ that every other test let
+Each test here fails against one mutation of stores/_files/ that every other test let
 through: a stale write inside a transaction, a record file in another program's
 spelling, the clean-up of a write that failed half-way, the modes of what the store
 creates (checked as an unprivileged user too: the suite runs as root, where a mode
@@ -26,8 +26,8 @@ from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.machines.outbox import OUTBOX, OutboxInputs
 from lifecycles.outbox.facade import OUTBOX_LAYOUT, CloseRequest
 from lifecycles.outbox.facade import new_record as new_outbox_record
-from lifecycles.stores.base import StaleRecord
-from lifecycles.stores.files import FilesStore, UntrustedRecord, canonical_json
+from lifecycles.stores._base import StaleRecord
+from lifecycles.stores._files import FilesStore, UntrustedRecord, canonical_json
 
 T0 = "2026-01-01T00:00:00+00:00"
 UNPRIVILEGED_USER = "nobody"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycles.stores.files import fs
+from lifecycles.stores._files import fs
 
 
 def staged_in(directory: Path, count: int) -> tuple[int, list[fs.StagedFile]]:

@@ -17,8 +17,8 @@ import pytest
 from support.store_kinds import Opened, StoreKind
 from test_conformance import ALL, Driver, fire_steps, opened, snapshot
 
-from lifecycles.invariants.core import InvariantViolation
-from lifecycles.stores.base import UniqueViolation
+from lifecycles.invariants._core import InvariantViolation
+from lifecycles.stores._base import UniqueViolation
 
 __all__ = ["opened"]  # the conformance suite's fixture, used by name
 

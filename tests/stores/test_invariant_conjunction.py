@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_rules_in_sql import COLUMNS, SQLITE_VALUES, TEMPLATES, mutated, rows_of
 
-from lifecycles.invariants.core import (
+from lifecycles.invariants._core import (
     InvariantSet,
     InvariantViolation,
     StepViolation,
@@ -34,7 +34,7 @@ from lifecycles.invariants.core import (
     invariant,
     step_invariant,
 )
-from lifecycles.invariants.expressions import Fields
+from lifecycles.invariants._expressions import Fields
 from lifecycles.invariants.monitor import MONITOR_INVARIANTS, STATE_INVALID, MonitorRecord
 from lifecycles.machines.monitor import MONITOR
 

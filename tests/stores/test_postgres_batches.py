@@ -1,4 +1,4 @@
-"""Batches on PostgreSQL (lifecycles.stores.postgres_batch): a few statements per batch,
+"""Batches on PostgreSQL (lifecycles.stores._postgres_batch): a few statements per batch,
 whatever its size, and the answer of the one-record path, record by record.
 
 Each statement is held to the path it replaces on the same data, by Hypothesis, on the
@@ -34,21 +34,21 @@ from support.monitor import CAPABILITIES
 from support.postgres import connect_in, require_postgres, temporary_schema
 from support.tasks import TASKS, Task, TaskInputs, TaskStatus, new_task
 
-from lifecycles.invariants.core import InvariantViolation
+from lifecycles._worker_steps import LeaseWork
+from lifecycles.invariants._core import InvariantViolation
 from lifecycles.machines import lease
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Row
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Row
+from lifecycles.machines._work import Returned
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
-from lifecycles.machines.work import Returned
 from lifecycles.monitor.schema import MonitorSchema
-from lifecycles.stores.base import SchemaMismatch, Store, StoreDamaged, UniqueViolation
-from lifecycles.worker_steps import LeaseWork
+from lifecycles.stores._base import SchemaMismatch, Store, StoreDamaged, UniqueViolation
 
 require_postgres()
 
+from lifecycles.stores._postgres_batch import batches  # noqa: E402
+from lifecycles.stores._sql import SQLStore  # noqa: E402
 from lifecycles.stores.postgres import PostgresStore  # noqa: E402 - needs psycopg
-from lifecycles.stores.postgres_batch import batches  # noqa: E402
-from lifecycles.stores.sql import SQLStore  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 

@@ -1,4 +1,4 @@
-"""The claim decided inside PostgreSQL (lifecycles.stores.sql_claim): one statement.
+"""The claim decided inside PostgreSQL (lifecycles.stores._sql_claim): one statement.
 
 It must be the lease protocol's claim exactly: the first due record in claim order,
 the lease the table's claim row writes, observers told, every rule checked before it
@@ -20,13 +20,13 @@ from support.monitor import CAPABILITIES, notification
 from support.postgres import Connect, pg_connect, pg_schema, require_postgres
 
 from lifecycles.machines import lease
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Row
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Row
 from lifecycles.machines.monitor import MONITOR, MonitorInputs
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StateInvalid
-from lifecycles.stores.base import StoreDamaged
+from lifecycles.stores._base import StoreDamaged
+from lifecycles.stores._sql_claim import claim_in_place
 from lifecycles.stores.postgres import PostgresStore
-from lifecycles.stores.sql_claim import claim_in_place
 
 __all__ = ["pg_connect", "pg_schema"]  # fixtures, used by name
 

@@ -30,7 +30,7 @@ from support.store_operations import (
 )
 
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
-from lifecycles.stores.base import CommitUncertain, StoreUnavailable
+from lifecycles.stores._base import CommitUncertain, StoreUnavailable
 from lifecycles.stores.postgres import PostgresStore, connect
 
 __all__ = ["pg_schema"]  # a fixture, used by name

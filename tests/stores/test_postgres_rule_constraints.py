@@ -21,14 +21,14 @@ from support.monitor import CAPABILITIES, answer, notification
 from support.postgres import Connect, connect_in, pg_connect, pg_schema, require_postgres
 from test_rules_in_sql import POSTGRES_ROWS, python_field_verdicts
 
+from lifecycles._loading import import_target
 from lifecycles.cli import main
-from lifecycles.invariants.core import InvariantViolation, build_record, field_rules
+from lifecycles.invariants._core import InvariantViolation, build_record, field_rules
 from lifecycles.invariants.monitor import COLUMNS, STATE_INVALID, MonitorRecord
-from lifecycles.loading import import_target
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StateInvalid
 from lifecycles.monitor.schema import TABLE
-from lifecycles.stores.postgres_dialect import PostgresDialect
+from lifecycles.stores._postgres_dialect import PostgresDialect
 from lifecycles.stores.postgres_rules import (
     MAX_NAME,
     constraint_name,

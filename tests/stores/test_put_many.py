@@ -19,8 +19,8 @@ import pytest
 from support.postgres import connect_in, require_postgres, temporary_schema
 from test_compare_as_stored import DOCS, Doc, DocStatus
 
+from lifecycles.stores._sql import SQLStore
 from lifecycles.stores.postgres import PostgresStore
-from lifecycles.stores.sql import SQLStore
 from lifecycles.stores.sqlite import SQLiteStore
 
 FINISH = next(row for row in DOCS.rows if row.trigger == "finish")

@@ -19,7 +19,7 @@ import pytest
 from support.monitor import CAPABILITIES, TABLE, pending_items, table_dump
 
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StateInvalid
-from lifecycles.stores.sql_health import HealthQueries
+from lifecycles.stores._sql_health import HealthQueries
 
 PREFIX = f"{TABLE}_rules_"
 

@@ -18,9 +18,9 @@ import pytest
 from support.postgres import Connect, pg_connect, pg_schema
 from support.tasks import TASKS
 
-from lifecycles.stores.base import SchemaMismatch
-from lifecycles.stores.sql_dialect import Dialect
-from lifecycles.stores.sql_schema import SQLSchema
+from lifecycles.stores._base import SchemaMismatch
+from lifecycles.stores._sql_dialect import Dialect
+from lifecycles.stores._sql_schema import SQLSchema
 from lifecycles.stores.sqlite import SQLiteStore
 
 __all__ = ["pg_connect", "pg_schema"]  # fixtures, used by name

@@ -15,8 +15,8 @@ from pathlib import Path
 import attrs
 from support.tasks import TASKS
 
-from lifecycles.registry import registered
-from lifecycles.stores.sql_schema import SQLSchema
+from lifecycles._registry import registered
+from lifecycles.stores._sql_schema import SQLSchema
 
 STORES = Path(__file__).resolve().parents[2] / "stores"
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from support.tasks import TASKS, TaskInputs, new_task
 
-from lifecycles.stores.base import StoreUnavailable
+from lifecycles.stores._base import StoreUnavailable
 from lifecycles.stores.sqlite import SQLiteStore, connect
 
 SYNCHRONOUS_LEVELS = {"off": 0, "normal": 1, "full": 2, "extra": 3}

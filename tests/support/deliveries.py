@@ -9,10 +9,10 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import InvariantSet, invariant
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Changes, effect
-from lifecycles.machines.work import Raised, Result, Step
+from lifecycles.invariants._core import InvariantSet, invariant
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Changes, effect
+from lifecycles.machines._work import Raised, Result, Step
 
 
 class MessageStatus(StrEnum):

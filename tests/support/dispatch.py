@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from lifecycles.loading import find_exploration
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Row, TransitionRefused
-from lifecycles.registry import registered
+from lifecycles._loading import find_exploration
+from lifecycles._registry import registered
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Row, TransitionRefused
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from lifecycles.invariants.monitor import COLUMNS
 from lifecycles.monitor.schema import META, TABLE, MonitorSchema
-from lifecycles.stores.sql_dialect import Dialect
+from lifecycles.stores._sql_dialect import Dialect
 from support.monitor import CAPABILITIES, notification
 
 KEYS = frozenset({"event_id", "notification_id"})

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lifecycles.stores.memory import MemoryStore
+from lifecycles.stores._memory import MemoryStore
 from lifecycles.stores.sqlite import SQLiteStore
 from lifecycles.testing import build_state_machine
 

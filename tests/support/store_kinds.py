@@ -22,9 +22,9 @@ from typing import Any
 
 import attrs
 
-from lifecycles.machines.core import Lifecycle
-from lifecycles.stores.base import Store
-from lifecycles.stores.memory import MemoryStore
+from lifecycles.machines._core import Lifecycle
+from lifecycles.stores._base import Store
+from lifecycles.stores._memory import MemoryStore
 from support.postgres import (
     DSN,
     SKIP_REASON,
@@ -114,7 +114,7 @@ def _corrupt_sqlite(store: Store[Any], record: Any, field: str, value: Any) -> N
 
 
 def _open_files(lifecycle: Lifecycle[Any, Any]) -> Opened:
-    from lifecycles.stores.files import FilesStore
+    from lifecycles.stores._files import FilesStore
 
     directory = tempfile.TemporaryDirectory(prefix="lifecycles-files-")
     store = FilesStore(lifecycle, Path(directory.name) / "store")
@@ -122,7 +122,7 @@ def _open_files(lifecycle: Lifecycle[Any, Any]) -> Opened:
 
 
 def _corrupt_files(store: Store[Any], record: Any, field: str, value: Any) -> None:
-    from lifecycles.stores.files import canonical_json, stem_for
+    from lifecycles.stores._files import canonical_json, stem_for
 
     status = str(store.lifecycle.status_of(record))
     directory = store.layout.directories[status]  # type: ignore[attr-defined]
@@ -173,7 +173,7 @@ KINDS: tuple[StoreKind, ...] = (
     StoreKind("memory", _open_memory, _corrupt_memory),
     StoreKind("sqlite", _open_sqlite, _corrupt_sqlite),
     StoreKind("files", _open_files, _corrupt_files,
-              _module_missing("lifecycles.stores.files")),
+              _module_missing("lifecycles.stores._files")),
     StoreKind("postgres", _open_postgres, _corrupt_postgres,
               None if DSN is not None else SKIP_REASON, postgres=True),
 )

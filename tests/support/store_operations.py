@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
-from lifecycles.stores.sql import SQLStore
+from lifecycles.stores._sql import SQLStore
 
 TABLE = "lifecycle_monitor"  # the table SQLSchema derives for the monitor's record
 

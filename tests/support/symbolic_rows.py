@@ -11,13 +11,13 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Row
-from lifecycles.machines.exhaustive import explore
-from lifecycles.machines.exploration import Exploration
-from lifecycles.machines.symbolic import NoSymbolicForm, SymbolicRow, symbolic_row
-from lifecycles.stores.sql import SQLStore
-from lifecycles.stores.sql_rules import bind_inputs, rules_in_sql
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Row
+from lifecycles.machines._exhaustive import explore
+from lifecycles.machines._exploration import Exploration
+from lifecycles.machines._symbolic import NoSymbolicForm, SymbolicRow, symbolic_row
+from lifecycles.stores._sql import SQLStore
+from lifecycles.stores._sql_rules import bind_inputs, rules_in_sql
 
 Explorations = Sequence[tuple[Lifecycle[Any, Any], Exploration[Any]]]
 Form = tuple[Lifecycle[Any, Any], Exploration[Any], SymbolicRow]

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import (
+from lifecycles.invariants._core import (
     InvariantSet,
     expressed,
     finite_time,
@@ -26,10 +26,10 @@ from lifecycles.invariants.core import (
     one_of,
     step_invariant,
 )
-from lifecycles.invariants.expressions import Expr, Fields, all_of, any_of, if_else
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Changes, Lease, effect, guard
-from lifecycles.machines.work import Handling, outcomes
+from lifecycles.invariants._expressions import Expr, Fields, all_of, any_of, if_else
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Changes, Lease, effect, guard
+from lifecycles.machines._work import Handling, outcomes
 
 CODE = "tasks."
 BACKOFF_SECONDS = 1.0

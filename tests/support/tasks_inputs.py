@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from lifecycles.machines.exploration import (
+from lifecycles.machines._exploration import (
     AcceptedCycle,
     Exploration,
     time_relation,
     trigger_move,
 )
-from lifecycles.machines.interleaving import Workers
-from lifecycles.machines.work import Permanent, Raised, Returned
+from lifecycles.machines._interleaving import Workers
+from lifecycles.machines._work import Permanent, Raised, Returned
 from support.tasks import TASKS, Task, TaskInputs, new_task
 
 LEASE_SECONDS = 30.0

@@ -12,13 +12,13 @@ from typing import Any
 import attrs
 import pytest
 
+from lifecycles._diagrams_markdown import markdown
+from lifecycles._diagrams_pictures import find_graphviz
+from lifecycles._loading import find_exploration
+from lifecycles._registry import registered
 from lifecycles.diagrams import generate
-from lifecycles.diagrams_markdown import markdown
-from lifecycles.diagrams_pictures import find_graphviz
-from lifecycles.invariants.core import field_rules
-from lifecycles.loading import find_exploration
-from lifecycles.machines.exhaustive import explore
-from lifecycles.registry import registered
+from lifecycles.invariants._core import field_rules
+from lifecycles.machines._exhaustive import explore
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # examples/ imports as from a clone's root
@@ -49,7 +49,7 @@ def test_every_shipped_rule_and_status_has_a_meaning(lifecycle: Any) -> None:
 @pytest.mark.parametrize(("text", "shown"), [
     ("a ``None`` here", "a `None` here"),
     (":func:`read_answer` reads", "`read_answer` reads"),
-    (":class:`~lifecycles.machines.core.Row` rows", "`Row` rows"),
+    (":class:`~lifecycles.machines._core.Row` rows", "`Row` rows"),
     (":meth:`Lifecycle.fire`", "`Lifecycle.fire`"),
     (":ref:`the title <target>`", "the title"),
     ("as follows::\n\n    code", "as follows:\n\n    code"),
@@ -112,7 +112,7 @@ def test_the_pages_say_the_version_covers_the_code() -> None:
 def test_the_lease_facts_on_a_page_come_from_the_lease_declaration() -> None:
     """Which statuses a claim takes, in what order, and what expiry fires on, are read
     from the table and its Lease, not written beside them again."""
-    from lifecycles.machines.mutants import redeclared
+    from lifecycles.machines._mutants import redeclared
 
     monitor = SHIPPED["monitor"]
     page = PAGES["monitor.md"]

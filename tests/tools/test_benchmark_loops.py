@@ -20,7 +20,7 @@ from support.monitor import CAPABILITIES, answer, notification
 from support.postgres import connect_in, temporary_schema
 
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
-from lifecycles.stores.sql_claim import RULE_BROKEN
+from lifecycles.stores._sql_claim import RULE_BROKEN
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from lifecycles.checker import run_check
-from lifecycles.checker_report import EXIT_OK, EXIT_UNAVAILABLE
-from lifecycles.machines.exhaustive import explore
+from lifecycles._checker import run_check
+from lifecycles._checker_report import EXIT_OK, EXIT_UNAVAILABLE
+from lifecycles.machines._exhaustive import explore
 from lifecycles.machines.monitor.inputs import EXPLORATION
 
 
@@ -67,8 +67,8 @@ def test_a_bound_leaves_the_lifecycles_that_do_not_declare_it_alone() -> None:
 @pytest.mark.parametrize("searched", ["one record", "interleaved workers"])
 def test_a_long_search_reports_its_progress(monkeypatch: pytest.MonkeyPatch,
                                             searched: str) -> None:
-    from lifecycles.machines import exploration as search
-    from lifecycles.machines.interleaving import explore_workers
+    from lifecycles.machines import _exploration as search
+    from lifecycles.machines._interleaving import explore_workers
 
     monkeypatch.setattr(search, "PROGRESS_AFTER", 0.0)  # every search is "long" here
     heard: list[tuple[int, int]] = []
@@ -90,7 +90,7 @@ def test_a_long_search_reports_its_progress(monkeypatch: pytest.MonkeyPatch,
 def test_the_check_command_prints_progress_on_stderr_only(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str, line: str,
 ) -> None:
-    from lifecycles.machines import exploration as search
+    from lifecycles.machines import _exploration as search
 
     monkeypatch.setattr(search, "PROGRESS_AFTER", 0.0)
     assert run_check((name,)) == EXIT_OK
@@ -101,9 +101,9 @@ def test_the_check_command_prints_progress_on_stderr_only(
 def test_a_declared_bound_without_a_rebound_is_refused() -> None:
     import attrs
 
-    from lifecycles.checker import rebound
-    from lifecycles.checker_report import Target
-    from lifecycles.loading import CheckerError
+    from lifecycles._checker import rebound
+    from lifecycles._checker_report import Target
+    from lifecycles._loading import CheckerError
     from lifecycles.machines.monitor import MONITOR
 
     stuck = attrs.evolve(EXPLORATION, rebound=None)

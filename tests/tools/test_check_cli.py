@@ -280,8 +280,8 @@ def test_an_exploration_the_checker_cannot_run_names_its_line(
     module.write_text(
         "import attrs\n\n"
         "from fixtures_check.tiny import TINY, exploration\n"
-        "from lifecycles.machines.exploration import AcceptedCycle\n"
-        "from lifecycles.machines.interleaving import Workers\n\n"
+        "from lifecycles.machines._exploration import AcceptedCycle\n"
+        "from lifecycles.machines._interleaving import Workers\n\n"
         "EXPLORED = None  # the last assignment is the one that counts\n"
         f"{declaration}")
     expected = (f"{module.name}:{line_of(module, 'EXPLORED = attrs')}: the exploration "

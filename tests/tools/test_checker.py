@@ -13,17 +13,18 @@ from pathlib import Path
 import attrs
 import pytest
 
-from lifecycles.checker import check_one, run_check
-from lifecycles.checker_report import Target
+from lifecycles._checker import check_one, run_check
+from lifecycles._checker_report import Target
+from lifecycles._loading import find_exploration, load_exploration
+from lifecycles._registry import registered
 from lifecycles.cli import main
-from lifecycles.invariants.core import InvariantViolation
+from lifecycles.invariants._core import InvariantViolation
 from lifecycles.invariants.monitor import RESPONSE_INVALID, MonitorRecord
-from lifecycles.loading import find_exploration, load_exploration
-from lifecycles.machines.exhaustive import explore
-from lifecycles.machines.exploration import TraceMismatch, replay
+from lifecycles.machines import _checks as checks
+from lifecycles.machines._exhaustive import explore
+from lifecycles.machines._exploration import TraceMismatch, replay
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor.inputs import EXPLORATION, abstraction
-from lifecycles.registry import registered
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFECT_MODULE = ROOT / "examples" / "monitor_defect.py"
@@ -241,3 +242,8 @@ def test_a_snapshot_path_that_does_not_exist_is_a_warning_not_a_silent_pass(
     assert summary.endswith(f"all OK (WARNING: status snapshot {tmp_path / 'nowhere.json'} "
                             "does not exist; removed statuses cannot be detected — pass an "
                             "existing --statuses FILE or run --record-statuses)")
+
+
+def test_the_monitor_passes_every_definition_check() -> None:
+    for check in checks.DEFINITION_CHECKS:
+        check(MONITOR)

@@ -18,6 +18,10 @@ import attrs
 import pytest
 
 from lifecycles import cli
+from lifecycles._diagrams_markdown import markdown
+from lifecycles._diagrams_page import page
+from lifecycles._diagrams_pictures import find_graphviz, mermaid, mermaid_engine_can_draw
+from lifecycles._registry import registered
 from lifecycles.diagrams import (
     GRAPHVIZ_VERSION_FILE,
     NO_DIRECTORY,
@@ -27,13 +31,9 @@ from lifecycles.diagrams import (
     resolve_directory,
     write,
 )
-from lifecycles.diagrams_markdown import markdown
-from lifecycles.diagrams_page import page
-from lifecycles.diagrams_pictures import find_graphviz, mermaid, mermaid_engine_can_draw
-from lifecycles.invariants.core import InvariantSet, field_rules
-from lifecycles.machines.core import Lifecycle
+from lifecycles.invariants._core import InvariantSet, field_rules
+from lifecycles.machines._core import Lifecycle
 from lifecycles.machines.monitor import MONITOR
-from lifecycles.registry import registered
 
 AnyLifecycle = Lifecycle[Any, Any]
 COMMITTED = Path(__file__).resolve().parents[2] / "diagrams"
@@ -417,8 +417,8 @@ def test_generation_is_byte_identical_across_runs_and_hash_seeds(tmp_path: Path)
     script = (
         "import hashlib, json\n"
         "from lifecycles.diagrams import generate\n"
-        "from lifecycles.diagrams_pictures import find_graphviz\n"
-        "from lifecycles.registry import registered\n"
+        "from lifecycles._diagrams_pictures import find_graphviz\n"
+        "from lifecycles._registry import registered\n"
         "files = generate(registered(), find_graphviz()).files\n"
         "print(json.dumps({n: hashlib.sha256(c).hexdigest() for n, c in files.items()}))\n"
     )

@@ -20,19 +20,19 @@ from support.monitor import CAPABILITIES, notification
 
 import lifecycles.machines.monitor as monitor_machine
 import lifecycles.outbox.facade as outbox_facade
+from lifecycles._diagrams_audit import declared
+from lifecycles._diagrams_page import page
+from lifecycles._diagrams_pictures import mermaid
+from lifecycles._registry import import_target, registered
 from lifecycles.diagrams import generate
-from lifecycles.diagrams_audit import declared
-from lifecycles.diagrams_page import page
-from lifecycles.diagrams_pictures import mermaid
 from lifecycles.invariants.monitor import RESPONSE_INVALID
-from lifecycles.machines.audit import FiredBy, PublicErrors, RecordedCodes
-from lifecycles.machines.core import Lifecycle
+from lifecycles.machines._audit import FiredBy, PublicErrors, RecordedCodes
+from lifecycles.machines._core import Lifecycle
 from lifecycles.machines.monitor import CODE, MONITOR, AnswerRefused, MonitorInputs, poll_step
 from lifecycles.machines.outbox import OUTBOX
 from lifecycles.monitor import errors as monitor_errors
 from lifecycles.monitor.errors import TerminalProcessingMonitorBlocked
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor
-from lifecycles.registry import import_target, registered
 
 AnyLifecycle = Lifecycle[Any, Any]
 ROOT = Path(__file__).resolve().parents[2]

@@ -255,18 +255,18 @@ def test_the_documents_and_examples_import_only_public_names() -> None:
 
 
 def test_the_import_check_names_a_private_import_and_passes_public_ones() -> None:
-    code = ("import lifecycles.machines.core\n"
+    code = ("import lifecycles.machines._core\n"
             "from lifecycles import Lifecycle, observe\n"
             "from lifecycles.machines import guard, lease\n"
-            "from lifecycles.machines.exploration import Exploration\n"
+            "from lifecycles.machines._exploration import Exploration\n"
             "from lifecycles.stores import SQLiteStore\n"
             "from lifecycles.stores.sqlite import SQLiteStore, connect\n"
             "from lifecycles.monitor import DurableTerminalProcessingMonitor\n"
             "from examples.refund.lifecycle import REFUND\n")
     assert list(private_imports("sample.py", code, 10)) == [
-        ("sample.py:10", "lifecycles.machines.core", "*"),
+        ("sample.py:10", "lifecycles.machines._core", "*"),
         ("sample.py:12", "lifecycles.machines", "lease"),
-        ("sample.py:13", "lifecycles.machines.exploration", "Exploration"),
+        ("sample.py:13", "lifecycles.machines._exploration", "Exploration"),
         ("sample.py:15", "lifecycles.stores.sqlite", "SQLiteStore"),
     ]
 

@@ -13,14 +13,14 @@ import pytest
 from support.postgres import connect_in, temporary_schema
 from support.stateful import on_memory_and_sqlite
 
-from lifecycles.checker import run_check
+from lifecycles._checker import run_check
+from lifecycles._loading import import_target
 from lifecycles.diagrams import generate
-from lifecycles.invariants.core import InvariantViolation
-from lifecycles.loading import import_target
+from lifecycles.invariants._core import InvariantViolation
 from lifecycles.machines import lease
-from lifecycles.machines.blocks import WorkInputs
-from lifecycles.machines.declaration import TransitionRefused
-from lifecycles.stores.sql_claim import ClaimInPlace, claim_in_place
+from lifecycles.machines._blocks import WorkInputs
+from lifecycles.machines._declaration import TransitionRefused
+from lifecycles.stores._sql_claim import ClaimInPlace, claim_in_place
 from lifecycles.stores.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,8 +23,8 @@ from urllib.parse import quote
 
 import pytest
 
-from lifecycles.registry import import_target
-from lifecycles.stores.base import Store
+from lifecycles._registry import import_target
+from lifecycles.stores._base import Store
 from lifecycles.stores.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]

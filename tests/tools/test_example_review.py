@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from support.stateful import on_memory_and_sqlite
 
-from lifecycles.checker import run_check
+from lifecycles._checker import run_check
+from lifecycles._loading import import_target
 from lifecycles.diagrams import generate
-from lifecycles.loading import import_target
-from lifecycles.machines.declaration import TransitionRefused
+from lifecycles.machines._declaration import TransitionRefused
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "review" / "lifecycle.py"

@@ -29,21 +29,23 @@ MACHINES = [
     "Lifecycle", "LifecycleError", "LostRace", "Move", "NotLeasable", "Outcome", "Permanent",
     "Retry", "Row", "Step", "TransitionRefused", "Work", "WorkInputs", "Workers",
     "due_in_order", "effect", "expired_among", "explore", "explore_workers", "guard",
-    "named_in", "outcomes", "source_of", "symbolic_row", "time_relation", "trigger_move",
+    "liveness", "named_in", "outcomes", "source_of", "symbolic_row", "time_relation",
+    "trigger_move",
 ]
 INVARIANTS = [
     "Expr", "FieldRule", "FieldRuleViolation", "Fields", "Invariant", "InvariantSet",
-    "InvariantViolation", "build_record", "expressed", "field_rules", "finite_time",
-    "integer_between", "invariant", "matches", "one_of", "step_invariant",
+    "InvariantViolation", "build_record", "canonical_json", "expressed", "field_rules",
+    "finite_time",
+    "integer_between", "invariant", "is_integer", "is_time", "matches",
+    "non_negative_integer", "one_of", "step_invariant",
 ]
 STORES = [
-    "CommitUncertain", "FilesStore", "MemoryStore", "PostgresStore", "SQLiteStore",
+    "CommitUncertain", "FilesStore", "MemoryStore", "PostgresStore", "SQLSchema", "SQLiteStore",
     "SchemaMismatch", "StaleRecord", "Store", "StoreDamaged", "StoreError", "StoreUnavailable",
-    "UniqueViolation",
+    "UniqueViolation", "UntrustedRecord",
 ]
-# The face: every part's names, the worker, and `liveness` (not exported by
-# lifecycles.machines, whose submodule of that name would shadow the function there).
-FACE_ONLY = ["HeldLease", "WorkOutcome", "Worker", "__version__", "liveness"]
+# The face: every part's names and the worker.
+FACE_ONLY = ["HeldLease", "WorkOutcome", "Worker", "__version__"]
 LIFECYCLES = sorted(MACHINES + INVARIANTS + STORES + FACE_ONLY)
 
 PINNED = {
@@ -85,8 +87,8 @@ def test_each_package_exports_exactly_the_pinned_names(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_every_exported_name_is_the_object_its_defining_module_defines(name: str) -> None:
-    # Every defining module imported first: a submodule named like an exported name would
-    # then shadow it on the package (the reason `liveness` is the face's alone).
+    # Every defining module imported first: a public submodule named like an exported name
+    # would then shadow it on the package.
     table = defining_modules(name)
     modules = {module: importlib.import_module(module) for module in set(table.values())}
     exported = package(name)
@@ -161,8 +163,158 @@ def test_importing_the_packages_imports_no_engine_store_or_driver(tmp_path: Path
 
 def test_a_public_name_imports_only_what_defines_it(tmp_path: Path) -> None:
     modules = imported_by("from lifecycles import Lifecycle, MemoryStore, InvariantSet", tmp_path)
-    assert "lifecycles.machines.core" in modules
-    assert "lifecycles.stores.memory" in modules
+    assert "lifecycles.machines._core" in modules
+    assert "lifecycles.stores._memory" in modules
     assert not {module for module in modules
                 if module.split(".")[0] in ("psycopg", "hypothesis", "sqlite3")
-                or module.startswith(("lifecycles.stores.sql", "lifecycles.stores.postgres"))}
+                or module.startswith(("lifecycles.stores._sql", "lifecycles.stores.postgres"))}
+
+
+# Every module of the package whose name has no leading underscore: the faces above, the
+# framework's public modules below, the command line, and the shipped apps (their tables,
+# records and packages: a lifecycle's own modules are its author's public code).
+PUBLIC_FRAMEWORK_MODULES: dict[str, list[str]] = {
+    "lifecycles.cli": ["main"],
+    "lifecycles.diagrams": ["Drift", "Generation", "Written", "check", "generate", "write"],
+    "lifecycles.machines.lease": [
+        "Doubt", "Glance", "LeaseDefaults", "LeasingStore", "LostRace", "NotLeasable",
+        "Resumed", "claim", "claim_many", "complete", "due_in_order", "expired_among",
+        "first_due", "is_due", "is_expired", "is_live_lease", "recover_expired",
+        "rescue_expired", "resume",
+    ],
+    "lifecycles.observe": [
+        "FIELDS", "INSTRUMENTS", "LOGGER_PREFIX", "Observer", "lease_digest", "observer",
+        "use_meter_provider", "watch_health",
+    ],
+    "lifecycles.project": ["Project", "StoreURL", "available", "find_project", "resolve"],
+    "lifecycles.stores.postgres": [
+        "CommitUncertain", "PostgresDialect", "PostgresStore", "SchemaMismatch",
+        "TransactionNested", "connect",
+    ],
+    "lifecycles.stores.postgres_rules": [
+        "ConstraintChanges", "RuleConstraint", "RuleConstraints", "install_rule_constraints",
+        "installed_rule_constraints", "rule_constraints",
+    ],
+    "lifecycles.stores.sqlite": [
+        "CommitUncertain", "SQLiteDialect", "SQLiteStore", "StoreUnavailable", "connect",
+    ],
+    "lifecycles.testing": [
+        "COVERAGE_RUNS", "DEFAULT_PROFILE", "PENDING_PROFILE", "PROFILE_VARIABLE",
+        "REQUIRE_COVERAGE_OPTION", "StepCoverage", "StepFailed", "build_state_machine",
+        "coverage_of", "generated_test_settings", "merged_by_lifecycle", "pytest_addoption",
+        "pytest_configure", "pytest_load_initial_conftests", "pytest_sessionfinish",
+        "pytest_terminal_summary", "pytest_unconfigure",
+    ],
+}
+APPS = ("lifecycles.monitor", "lifecycles.outbox", "lifecycles.machines.monitor",
+        "lifecycles.machines.outbox", "lifecycles.invariants.monitor",
+        "lifecycles.invariants.outbox")
+
+
+def package_modules() -> set[str]:
+    """Every module of the installed tree, by dotted name (the folders the package's
+    symlinks point at included)."""
+    names = set()
+    folders = {"lifecycles": ROOT / "lifecycles", "lifecycles.machines": ROOT / "machines",
+               "lifecycles.stores": ROOT / "stores", "lifecycles.invariants": ROOT / "invariants"}
+    for package_name, folder in folders.items():
+        for path in folder.rglob("*.py"):
+            if path.is_relative_to(ROOT / "lifecycles") and path.relative_to(
+                    ROOT / "lifecycles").parts[0] in ("machines", "stores", "invariants"):
+                continue  # the symlinked folders, walked from their real place
+            parts = [package_name, *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            names.add(".".join(parts))
+    return names
+
+
+def is_private(module: str) -> bool:
+    return any(part.startswith("_") and part != "__main__" for part in module.split("."))
+
+
+def test_every_module_is_private_by_name_or_a_pinned_public_one() -> None:
+    public = {module for module in package_modules() if not is_private(module)}
+    apps = {module for module in public if module.startswith(APPS)}
+    assert public - apps == set(PINNED) | set(PUBLIC_FRAMEWORK_MODULES) | {"lifecycles.__main__"}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC_FRAMEWORK_MODULES))
+def test_each_public_module_exports_exactly_the_pinned_names(name: str) -> None:
+    module = importlib.import_module(name)
+    assert sorted(module.__all__) == PUBLIC_FRAMEWORK_MODULES[name]
+    for public in module.__all__:
+        assert hasattr(module, public), f"{name}.{public}"
+
+
+def imports_of(source: str) -> list[tuple[str, list[str]]]:
+    """Each ``lifecycles`` import in ``source``: the module, and the names taken from it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.module, [alias.name for alias in node.names]))
+        elif isinstance(node, ast.Import):
+            found.extend((alias.name, []) for alias in node.names)
+    return [(module, names) for module, names in found
+            if module.split(".")[0] == "lifecycles"]
+
+
+def private_imports(source: str) -> list[str]:
+    """The private names ``source`` imports: a module private by name, a name with a
+    leading underscore, or a name its public module leaves out of ``__all__`` (a public
+    submodule taken from its package is public)."""
+    private = []
+    for module, names in imports_of(source):
+        if is_private(module):
+            private.append(module)
+            continue
+        exported = set(getattr(importlib.import_module(module), "__all__", ()))
+        for name in names:
+            submodule = f"{module}.{name}"
+            if name.startswith("_") or (name not in exported
+                                        and submodule not in package_modules()):
+                private.append(f"{module}.{name}")
+            elif submodule in package_modules() and is_private(submodule):
+                private.append(submodule)
+    return private
+
+
+def doc_blocks() -> dict[str, str]:
+    """The Python blocks of the README and the guides, by ``file:line``."""
+    blocks = {}
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        lines = page.read_text(encoding="utf-8").splitlines()
+        start = None
+        for number, line in enumerate(lines, 1):
+            if start is None and line.strip() == "```python":
+                start = number
+            elif start is not None and line.strip() == "```":
+                blocks[f"{page.relative_to(ROOT)}:{start}"] = "\n".join(lines[start:number - 1])
+                start = None
+    return blocks
+
+
+def app_test_and_example_sources() -> dict[str, str]:
+    files = [*sorted((ROOT / "tests" / "monitor").glob("*.py")),
+             *sorted((ROOT / "tests" / "outbox").glob("*.py")),
+             *sorted((ROOT / "examples").rglob("*.py"))]
+    return {str(path.relative_to(ROOT)): path.read_text(encoding="utf-8") for path in files}
+
+
+def test_no_example_doc_block_or_app_test_imports_a_private_name() -> None:
+    sources = {**app_test_and_example_sources(), **doc_blocks()}
+    assert len(doc_blocks()) > 20  # the walk finds the blocks
+    found = {where: private for where, source in sources.items()
+             if (private := private_imports(source))}
+    assert found == {}
+
+
+def test_the_private_import_walk_sees_each_kind() -> None:
+    source = ("from lifecycles.machines._core import Lifecycle\n"
+              "from lifecycles.machines.lease import claim, decide_claim\n"
+              "from lifecycles.machines import lease, _core\n"
+              "from lifecycles import Worker, observe\n"
+              "import lifecycles.stores._sql\n")
+    assert private_imports(source) == [
+        "lifecycles.machines._core", "lifecycles.machines.lease.decide_claim",
+        "lifecycles.machines._core", "lifecycles.stores._sql"]

@@ -168,10 +168,10 @@ def test_the_walk_sees_the_whole_package() -> None:
     files = module_files()
     for expected in (
         "lifecycles.cli",
-        "lifecycles.testing.plugin",
-        "lifecycles.machines.core",
-        "lifecycles.stores.files.store",
-        "lifecycles.invariants.core",
+        "lifecycles.testing._plugin",
+        "lifecycles.machines._core",
+        "lifecycles.stores._files.store",
+        "lifecycles.invariants._core",
     ):
         assert expected in files
 
@@ -179,12 +179,12 @@ def test_the_walk_sees_the_whole_package() -> None:
 def test_imports_in_functions_count_and_type_checking_ones_do_not() -> None:
     graph = import_graph()
     # Module level, and `from lifecycles.machines import lease` (a submodule by name).
-    assert {"lifecycles.machines.core", "lifecycles.machines.lease"} <= graph[
-        "lifecycles.machines.interleaving"]
+    assert {"lifecycles.machines._core", "lifecycles.machines.lease"} <= graph[
+        "lifecycles.machines._interleaving"]
     # Inside a function: diagrams_page finds an exploration's inputs when it draws a page.
-    assert "lifecycles.loading" in graph["lifecycles.diagrams_page"]
+    assert "lifecycles._loading" in graph["lifecycles._diagrams_page"]
     # Under `if TYPE_CHECKING:` only: the Workers type exploration's annotations name.
-    assert "lifecycles.machines.interleaving" not in graph["lifecycles.machines.exploration"]
+    assert "lifecycles.machines._interleaving" not in graph["lifecycles.machines._exploration"]
 
 
 def test_the_cycle_finder_finds_and_names_a_loop() -> None:

@@ -14,13 +14,13 @@ from typing import Any
 import attrs
 import pytest
 
-from lifecycles.checker import run_check
-from lifecycles.checker_mutants import judge, judge_all
-from lifecycles.checker_report import EXIT_FAILED, EXIT_OK
-from lifecycles.invariants.core import InvariantSet
+from lifecycles._checker import run_check
+from lifecycles._checker_mutants import judge, judge_all
+from lifecycles._checker_report import EXIT_FAILED, EXIT_OK
+from lifecycles.invariants._core import InvariantSet
+from lifecycles.machines._mutants import KINDS, EquivalentMutant, mutants, redeclared
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor.inputs import EXPLORATION as MONITOR_EXPLORATION
-from lifecycles.machines.mutants import KINDS, EquivalentMutant, mutants, redeclared
 from lifecycles.machines.outbox.inputs import EXPLORATION as OUTBOX_EXPLORATION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,8 +137,8 @@ def test_survivors_fail_the_command_with_their_names() -> None:
 
 
 def test_a_stale_or_unknown_equivalence_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lifecycles.checker_mutants import check_mutants
-    from lifecycles.checker_report import Outcome
+    from lifecycles._checker_mutants import check_mutants
+    from lifecycles._checker_report import Outcome
 
     stale = attrs.evolve(OUTBOX_EXPLORATION, equivalent_mutants=(
         *OUTBOX_EXPLORATION.equivalent_mutants,

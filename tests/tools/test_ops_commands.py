@@ -20,16 +20,16 @@ from urllib.parse import quote
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from lifecycles._cli_ops import Figures, prometheus
+from lifecycles._registry import import_target
 from lifecycles.cli import main
-from lifecycles.cli_ops import Figures, prometheus
-from lifecycles.registry import import_target
 
 ROOT = Path(__file__).resolve().parents[2]
 REFUND_MODULE = str(ROOT / "examples" / "refund" / "lifecycle.py")
 import_target(REFUND_MODULE)  # the example is not installed: put its root on the path
 
 from examples.refund.lifecycle import REFUND, new_refund  # noqa: E402
-from lifecycles.machines.blocks import WorkInputs  # noqa: E402
+from lifecycles.machines._blocks import WorkInputs  # noqa: E402
 
 SECRET = "tok-secret-0123456789"
 KINDS = ("sqlite", "files", "postgres")
@@ -38,8 +38,8 @@ KINDS = ("sqlite", "files", "postgres")
 BRITTLE_SOURCE = '''\
 from examples.refund.lifecycle import (
     CODE, EFFECTS, GUARDS, REFUND_INVARIANTS, TABLE, LEASE, Refund, RefundStatus)
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.work import Handling, outcomes
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._work import Handling, outcomes
 
 
 def lease_inputs(now, worker_id, token, seconds):
@@ -71,9 +71,9 @@ RAISING_LINE = 8  # `raise LookupError(...)` above
 EXPLORED_SOURCE = '''\
 from examples.refund.lifecycle import (
     CODE, EFFECTS, GUARDS, REFUND_INVARIANTS, TABLE, LEASE, Refund, RefundStatus)
-from lifecycles.machines.blocks import WorkInputs
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.exploration import Exploration
+from lifecycles.machines._blocks import WorkInputs
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._exploration import Exploration
 
 EXPLORED = Lifecycle(
     module=__name__,
@@ -125,7 +125,7 @@ def _store(kind: str, tmp_path: Path, lifecycle: Any, filled: bool = True
         connection.close()
         yield ["--db", str(tmp_path / "refunds.db")]
     elif kind == "files":
-        from lifecycles.stores.files import FilesStore
+        from lifecycles.stores._files import FilesStore
 
         store = FilesStore(lifecycle, tmp_path / "refunds")
         if filled:
@@ -434,7 +434,7 @@ def test_a_key_not_found(capsys: pytest.CaptureFixture[str], where: list[str]) -
 def test_the_users_inputs_function_raising_is_named_at_its_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, brittle_module: Path
 ) -> None:
-    from lifecycles.registry import import_target as importing
+    from lifecycles._registry import import_target as importing
 
     brittle = importing(str(brittle_module)).BRITTLE
     (where,) = list(_store("sqlite", tmp_path, brittle))
@@ -456,7 +456,7 @@ def test_the_users_inputs_function_raising_is_named_at_its_line(
 def test_without_a_handling_the_exploration_gives_the_inputs(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from lifecycles.registry import import_target as importing
+    from lifecycles._registry import import_target as importing
 
     module = tmp_path / "ops_explored_refunds.py"
     module.write_text(EXPLORED_SOURCE, encoding="utf-8")
@@ -474,7 +474,7 @@ def test_without_a_handling_the_exploration_gives_the_inputs(
 def test_a_lifecycle_declaring_nothing_to_build_inputs_from(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, brittle_module: Path
 ) -> None:
-    from lifecycles.registry import import_target as importing
+    from lifecycles._registry import import_target as importing
 
     bare = importing(str(brittle_module)).BARE
     (where,) = list(_store("sqlite", tmp_path, bare))

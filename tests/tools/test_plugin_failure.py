@@ -22,10 +22,10 @@ PLANTED_SUITE = f'''
 
 import attrs
 
-from lifecycles.loading import import_target
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Changes, effect
-from lifecycles.stores.memory import MemoryStore
+from lifecycles._loading import import_target
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Changes, effect
+from lifecycles.stores._memory import MemoryStore
 from lifecycles.testing import build_state_machine
 
 import_target({str(ROOT / "examples" / "review" / "lifecycle.py")!r})

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor.inputs import EXPLORATION
-from lifecycles.stores.memory import MemoryStore
+from lifecycles.stores._memory import MemoryStore
 from lifecycles.testing import build_state_machine
 
 pytest_plugins = ["pytester"]
@@ -150,7 +150,7 @@ def test_hypothesis_explain_option_keeps_the_explain_phase(pytester: pytest.Pyte
         from hypothesis import Phase
         from lifecycles.machines.monitor import MONITOR
         from lifecycles.machines.monitor.inputs import EXPLORATION
-        from lifecycles.stores.memory import MemoryStore
+        from lifecycles.stores._memory import MemoryStore
         from lifecycles.testing import build_state_machine
 
         def test_phases():

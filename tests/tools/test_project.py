@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from support.project import fresh_imports, refund_package, write_pyproject
 
-from lifecycles.loading import CheckerError
+from lifecycles._loading import CheckerError
+from lifecycles._registry import registered
 from lifecycles.project import (
     ENTRY_POINT_GROUP,
     StoreURL,
@@ -19,7 +20,6 @@ from lifecycles.project import (
     resolve,
     store_url,
 )
-from lifecycles.registry import registered
 
 __all__ = ["fresh_imports"]  # the fixture, used by name
 pytestmark = pytest.mark.usefixtures("fresh_imports")

@@ -11,9 +11,9 @@ from support.postgres import connect_in, temporary_schema
 from support.project import fresh_imports, refund_package
 
 from lifecycles import cli
+from lifecycles._registry import registered
 from lifecycles.diagrams import generate
 from lifecycles.project import module_lifecycles
-from lifecycles.registry import registered
 from lifecycles.stores.sqlite import SQLiteStore
 
 __all__ = ["fresh_imports"]

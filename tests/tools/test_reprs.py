@@ -16,7 +16,7 @@ from fixtures_check.tiny import TINY, TWIN
 
 from lifecycles.invariants.monitor import MONITOR_INVARIANTS, MonitorRecord
 from lifecycles.invariants.outbox import OutboxRecord, json_bounds
-from lifecycles.machines.core import Lifecycle
+from lifecycles.machines._core import Lifecycle
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.outbox import OUTBOX
 

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from lifecycles._loading import load_exploration
 from lifecycles.invariants.monitor import MonitorRecord
-from lifecycles.loading import load_exploration
-from lifecycles.machines.declaration import Row
+from lifecycles.machines._declaration import Row
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.machines.monitor.inputs import EXPLORATION
-from lifecycles.stores.memory import MemoryStore
+from lifecycles.stores._memory import MemoryStore
 from lifecycles.testing import StepFailed, build_state_machine, coverage_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,7 +136,7 @@ def test_rules_are_one_per_move_with_table_preconditions() -> None:
 REQUIRE_COVERAGE_TEST = """
     from lifecycles.machines.monitor import MONITOR
     from lifecycles.machines.monitor.inputs import EXPLORATION
-    from lifecycles.stores.memory import MemoryStore
+    from lifecycles.stores._memory import MemoryStore
     from lifecycles.testing import build_state_machine
     import attrs
     from hypothesis import settings
@@ -184,7 +184,7 @@ def test_checking_imports_no_test_code_and_no_hypothesis() -> None:
     `lifecycles check` runs them without importing either."""
     probe = textwrap.dedent("""
         import sys
-        from lifecycles.checker import run_check
+        from lifecycles._checker import run_check
         import io, pathlib, tempfile
         with tempfile.TemporaryDirectory() as folder:
             code = run_check(snapshot_path=pathlib.Path(folder) / "s.json", out=io.StringIO(),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fixtures_check.tiny import INVARIANTS, TABLE, Counter, Status, add_amount, room_left
-from lifecycles.machines.core import Lifecycle
+from lifecycles.machines._core import Lifecycle
 
 BROKEN = Lifecycle(  # the declaration check reports
     module=__name__,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fixtures_check.tiny import Amount, Counter, declare, exploration
-from lifecycles.machines.declaration import guard
+from lifecycles.machines._declaration import guard
 
 
 @guard("tiny.too_much")

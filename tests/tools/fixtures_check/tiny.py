@@ -12,10 +12,10 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import InvariantSet, invariant
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Changes, Guard, effect, guard
-from lifecycles.machines.exploration import Exploration, trigger_move
+from lifecycles.invariants._core import InvariantSet, invariant
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Changes, Guard, effect, guard
+from lifecycles.machines._exploration import Exploration, trigger_move
 from lifecycles.machines.monitor import MONITOR  # imported, not declared: never checked here
 
 __all__ = ["MONITOR"]

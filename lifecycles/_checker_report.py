@@ -1,0 +1,51 @@
+"""What ``lifecycles check`` reports: what it checks, what it found, how it exits.
+
+A module of its own so that the checker's parts (:mod:`lifecycles._checker_workers`,
+:mod:`lifecycles._checker_mutants`) fill in one :class:`Outcome` without importing the
+command that runs them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._exploration import Exploration, ExplorationResult
+
+if TYPE_CHECKING:
+    from lifecycles._checker_mutants import MutantReport
+    from lifecycles.machines._interleaving import InterleavingResult
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "Outcome", "Target"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_UNAVAILABLE = 2
+
+
+@attrs.frozen
+class Target:
+    """One thing to check: a lifecycle, and the exploration to drive it with."""
+
+    lifecycle: Lifecycle[Any, Any]
+    exploration: Exploration[Any] | None
+    spec: str | None
+
+
+@attrs.define
+class Outcome:
+    """What checking one lifecycle found."""
+
+    name: str
+    failures: list[str] = attrs.field(factory=list)
+    result: ExplorationResult | None = None
+    replay_path: Path | None = None
+    interleaving: InterleavingResult | None = None
+    mutants: MutantReport | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures

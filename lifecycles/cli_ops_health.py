@@ -1,7 +1,0 @@
-"""`lifecycles health`: written in :mod:`lifecycles.cli_ops`, registered from here so
-that each command has its own module (a module that does not import stands in for its
-command alone, see :mod:`lifecycles.cli`)."""
-
-from lifecycles.cli_ops import register_health as register
-
-__all__ = ["register"]
