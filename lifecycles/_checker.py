@@ -95,7 +95,14 @@ import attrs
 
 from lifecycles._checker_mutants import check_mutants
 from lifecycles._checker_mutants import figures as mutant_figures
-from lifecycles._checker_report import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, Outcome, Target
+from lifecycles._checker_report import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    Outcome,
+    Target,
+    check_cut,
+)
 from lifecycles._checker_workers import bounds_arguments, check_workers, sized
 from lifecycles._checker_workers import figures as interleaving_figures
 from lifecycles._loading import (
@@ -315,6 +322,8 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
     if result.violation is not None:
         _report_violation(target, exploration, result.violation, trace_dir, outcome, say)
         return outcome
+    if result.truncated:
+        check_cut("search", result.cut_at, result.states, exploration, outcome, say)
     _say_statuses_reached(lifecycle, result, say)
     _say_coverage(lifecycle, result, say)
     _report_findings(result, exploration, outcome, say)
@@ -523,7 +532,7 @@ def run_check(names: Sequence[str] = (), modules: Sequence[str] = (), *,
               err: TextIO | None = None, as_json: bool = False,
               show_traceback: bool = False, bounds: Sequence[str] = (),
               workers: int | None = None, records: int | None = None,
-              mutants: str | None = None) -> int:
+              mutants: str | None = None, incomplete_ok: str | None = None) -> int:
     """Check the chosen lifecycles; 0 when all pass, 1 otherwise, 2 when it cannot run.
 
     Without ``snapshot_path`` the snapshot is looked for (:func:`find_snapshot`); a
@@ -533,7 +542,7 @@ def run_check(names: Sequence[str] = (), modules: Sequence[str] = (), *,
     err = err or sys.stderr
     try:
         return _run(names, modules, snapshot_path, record, trace_dir, out, as_json, bounds,
-                    workers, records, mutants)
+                    workers, records, mutants, incomplete_ok)
     except CheckerError as error:
         return report_error(error, out=out, err=err, as_json=as_json,
                             show_traceback=show_traceback)
@@ -542,7 +551,8 @@ def run_check(names: Sequence[str] = (), modules: Sequence[str] = (), *,
 def _run(names: Sequence[str], modules: Sequence[str], snapshot_path: Path | None,
          record: bool, trace_dir: Path, out: TextIO, as_json: bool,
          bounds: Sequence[str] = (), workers: int | None = None,
-         records: int | None = None, mutants: str | None = None) -> int:
+         records: int | None = None, mutants: str | None = None,
+         incomplete_ok: str | None = None) -> int:
     started = time.perf_counter()
     search: SnapshotSearch | None = None
     project = find_project() if snapshot_path is None else None
@@ -562,6 +572,10 @@ def _run(names: Sequence[str], modules: Sequence[str], snapshot_path: Path | Non
                         "detected — pass an existing --statuses FILE or run --record-statuses")
     _processes()  # a wrong setting is refused before any search runs
     chosen = sized(rebound(targets(names, modules), bounds), workers, records)
+    if incomplete_ok is not None:
+        chosen = [attrs.evolve(t, exploration=attrs.evolve(t.exploration,
+                                                           incomplete_ok=incomplete_ok))
+                  if t.exploration is not None else t for t in chosen]
     human = io.StringIO() if as_json else out  # --json: one JSON object, nothing else
     outcomes = [check_one(t, snapshot, path, trace_dir, human, mutants) for t in chosen]
     recorded_in: Path | None = None
@@ -625,6 +639,9 @@ def register(subparsers: Any) -> None:
                              "killed or declared equivalent (exit 1 otherwise)")
     parser.add_argument("--mutant-traces", dest="mutants", action="store_const",
                         const="traces", help="--mutants, and say how each mutant was killed")
+    parser.add_argument("--incomplete-ok", default=None, metavar="REASON",
+                        help="accept a search cut at its bounds, for this reason (exit 0 "
+                             "if nothing else fails); without it a cut search is exit 1")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout (the outcome, or the error)")
     parser.add_argument("--traceback", action="store_true",
@@ -644,4 +661,5 @@ def _handle(args: argparse.Namespace) -> int:
     return run_check(args.names, args.module, snapshot_path=statuses,
                      record=args.record_statuses, trace_dir=args.trace_dir,
                      as_json=args.json, show_traceback=args.traceback, bounds=args.bound,
-                     workers=args.workers, records=args.records, mutants=args.mutants)
+                     workers=args.workers, records=args.records, mutants=args.mutants,
+                     incomplete_ok=args.incomplete_ok)

@@ -7,6 +7,7 @@ command that runs them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from lifecycles._checker_mutants import MutantReport
     from lifecycles.machines._interleaving import InterleavingResult
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "Outcome", "Target"]
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "Outcome", "Target", "check_cut"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -49,3 +50,20 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return not self.failures
+
+
+def check_cut(search: str, cut_at: str | None, states: int, exploration: Exploration[Any],
+              outcome: Outcome, say: Callable[[str], None]) -> None:
+    """A search cut at a bound proves nothing past it: ``search_cut`` (exit 1), unless the
+    exploration accepts the cut with a reason (``Exploration(incomplete_ok=...)``)."""
+    bound = cut_at or "its bounds"
+    if exploration.incomplete_ok is not None:
+        say(f"  {search} cut at {bound} after {states} states, accepted: "
+            f"{exploration.incomplete_ok}")
+        return
+    outcome.failures.append(f"{search}_cut")
+    say(f"  FAIL {search}_cut: the {search} stopped at {bound} after {states} states, so "
+        "nothing past it was checked (liveness, the states not reached, what they would "
+        "break). Raise the bound, narrow the inputs or make the abstraction coarser, or "
+        "accept the cut with a reason: Exploration(..., incomplete_ok=\"why\") or "
+        "`lifecycles check --incomplete-ok REASON`.")

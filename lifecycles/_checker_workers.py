@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from lifecycles._checker_report import check_cut
 from lifecycles._loading import CheckerError
 from lifecycles._replay import identifier, import_root
 from lifecycles.machines._exploration import Exploration
@@ -65,6 +66,8 @@ def check_workers(target: Target, exploration: Exploration[Any], trace_dir: Path
     if finding is None:
         say(f"    {PROPERTIES}: "
             + ("not proven (the search was cut)" if result.truncated else "all hold"))
+        if result.truncated:
+            check_cut("interleaving", result.cut_at, result.states, exploration, outcome, say)
         return result
     outcome.failures.append(f"interleaving: {finding.kind}")
     say(f"  FAIL interleaving ({finding.kind}): {finding.message}")

@@ -351,7 +351,8 @@ def _checked(lifecycle: AnyLifecycle) -> list[str]:
         "",
         f"Explored: {result.states:,} states, {result.edges:,} edges ({result.refusals:,} "
         f"refused), depth {result.depth}"
-        + (", cut at its bounds" if result.truncated else ", complete") + ".",
+        + (f", cut at {result.cut_at}" + _cut_accepted(exploration) if result.truncated
+           else ", complete") + ".",
         "",
         f"Statuses reached: {len(result.statuses)} of {len(lifecycle.statuses)}"
         + ("; never: " + ", ".join(f"`{name}`" for name in never) if never else "") + "."
@@ -402,7 +403,8 @@ def _interleaved(exploration: Exploration[Any]) -> list[str]:
     result = explore_workers(exploration)
     found = result.finding
     verdict = (f"found {found.kind}: {found.message}" if found
-               else "cut at its bounds" if result.truncated else "complete, every property holds")
+               else f"cut at {result.cut_at}" + _cut_accepted(exploration) if result.truncated
+               else "complete, every property holds")
     handling = exploration.lifecycle.handling
     renewal = (f" a renewal (`{handling.renewal}`) by a worker holding a lease,"
                if handling is not None and handling.renewal is not None else "")
@@ -571,3 +573,10 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else ""
 
 
+
+
+def _cut_accepted(exploration: Exploration[Any]) -> str:
+    """Why the author accepts a search cut at its bounds (else the check fails on it)."""
+    reason = exploration.incomplete_ok
+    return (f" (accepted as incomplete: {reason})" if reason is not None
+            else " (not accepted: `lifecycles check` fails)")

@@ -193,6 +193,10 @@ class Exploration(Generic[R]):
     workers: Workers[R] | None = None
     #: Table mutants declared harmless, with why (``lifecycles check --mutants``).
     equivalent_mutants: tuple[EquivalentMutant, ...] = ()
+    #: Why a search cut at ``max_depth``/``max_states`` (or the workers' ``max_states``)
+    #: is enough. Without it, a cut search fails ``lifecycles check``: what lies past the
+    #: bound (liveness, rows never fired, the states not reached) was never checked.
+    incomplete_ok: str | None = None
 
     def sources(self, move: Move[R, Any]) -> frozenset[str]:
         """Statuses ``move`` may start from: the sources of its triggers in the table."""
@@ -259,6 +263,7 @@ class ExplorationResult:
     depth: int = 0
     seconds: float = 0.0
     truncated: bool = False
+    cut_at: str | None = None  # the bound that cut the search: "max_depth=100", ...
     statuses: set[str] = attrs.field(factory=set)
     coverage: Coverage | None = None
     violation: Violation | None = None
@@ -516,7 +521,7 @@ class _Search(Generic[R]):
                 report_at = time.perf_counter() + 1.0
             index = queue.popleft()
             if nodes[index].depth >= max_depth:
-                result.truncated = True
+                result.truncated, result.cut_at = True, f"max_depth={max_depth}"
                 continue
             repeats.start(nodes[index].record)
             self.expand(index, repeats.fire)
@@ -585,6 +590,7 @@ class _Search(Generic[R]):
         state bound is reached (the search is then cut)."""
         if len(self.nodes) >= self.exploration.max_states:
             self.result.truncated = True
+            self.result.cut_at = f"max_states={self.exploration.max_states}"
             return None
         node = self.nodes[parent]
         step = Step(move.name, number, move.describe_choice(node.record, choice))

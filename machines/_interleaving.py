@@ -218,6 +218,7 @@ class InterleavingResult:
     depth: int = 0
     seconds: float = 0.0
     truncated: bool = False
+    cut_at: str | None = None  # the bound that cut the search: "max_states=200000"
     finding: Finding | None = None
 
     @property
@@ -567,6 +568,7 @@ def explore_workers(exploration: Exploration[R], workers: Workers[R] | None = No
             if target is None:
                 if len(worlds) >= declared.max_states:
                     result.truncated = True
+                    result.cut_at = f"max_states={declared.max_states}"
                     continue
                 target = len(worlds)
                 index_of[key] = target

@@ -170,13 +170,15 @@ def test_a_row_never_reached_fails_the_check(tmp_path: Path) -> None:
         in out.getvalue()
 
 
-def test_a_cut_search_says_so(tmp_path: Path) -> None:
+def test_a_cut_search_says_so_and_fails(tmp_path: Path) -> None:
     shallow = attrs.evolve(EXPLORATION, max_depth=2)
     result = explore(shallow)
-    assert result.truncated and result.depth == 2
+    assert result.truncated and result.depth == 2 and result.cut_at == "max_depth=2"
     out = io.StringIO()
-    check_one(Target(MONITOR, shallow, None), {}, tmp_path / "s.json", tmp_path / "t", out)
+    outcome = check_one(Target(MONITOR, shallow, None), {}, tmp_path / "s.json",
+                        tmp_path / "t", out)
     assert "search cut at its max_depth/max_states" in out.getvalue()
+    assert "search_cut" in outcome.failures
 
 
 def test_removing_a_recorded_status_fails_until_records_are_migrated(tmp_path: Path) -> None:
