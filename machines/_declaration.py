@@ -60,19 +60,60 @@ class TransitionRefused(LifecycleError):
     """A trigger was not allowed from the record's status, or every guard said no.
 
     ``guard`` names the first guard that blocked (``None`` when the trigger is not
-    allowed from the current status at all). Nothing was changed.
+    allowed from the current status at all); ``unless`` says it is an ``unless`` guard,
+    which blocks by holding. ``candidates``, read only when the message is (refusals are
+    the checker's commonest event), gives each row that could have fired and the value of
+    each of its guards. Nothing was changed.
     """
 
     code = "lifecycles.transition_refused"
 
     def __init__(
-        self, trigger: str, status: str, *, guard: str | None, code: str | None
+        self, trigger: str, status: str, *, guard: str | None, code: str | None,
+        unless: bool = False,
+        candidates: Callable[[], tuple[tuple[str, tuple[tuple[str, bool, bool], ...]], ...]]
+        | None = None,
     ) -> None:
-        reason = f"guard {guard} is false" if guard else "not allowed from this status"
+        if guard is None:
+            reason = "not allowed from this status"
+        elif unless:
+            reason = f"guard {guard} holds, and the row fires unless it does"
+        else:
+            reason = f"guard {guard} is false"
         super().__init__(f"{trigger} from {status}: {reason}", code=code)
         self.trigger = trigger
         self.status = status
         self.guard = guard
+        self.unless = unless
+        self._candidates = candidates
+
+    @property
+    def candidates(self) -> tuple[tuple[str, tuple[tuple[str, bool, bool], ...]], ...]:
+        """Each candidate row's label, with each guard as (name, wanted, actual)."""
+        return self._candidates() if self._candidates is not None else ()
+
+    def __str__(self) -> str:
+        rows = self.candidates
+        if len(rows) < 2:
+            return super().__str__()
+        shown = "; ".join(
+            f"{label}: " + ", ".join(
+                ("" if wanted else "!") + f"{name} {'holds' if actual else 'is false'}"
+                for name, wanted, actual in guards)
+            for label, guards in rows)
+        return f"{super().__str__()}; no row fires, of {len(rows)}: {shown}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The candidates are a closure over the record: another process gets the text.
+        return (_refusal, (self.trigger, self.status, self.guard, self.code, self.unless,
+                           str(self)))
+
+
+def _refusal(trigger: str, status: str, guard: str | None, code: str, unless: bool,
+             text: str) -> TransitionRefused:
+    refused = TransitionRefused(trigger, status, guard=guard, code=code, unless=unless)
+    refused.args = (text,)
+    return refused
 
 
 class EffectContractError(LifecycleError):

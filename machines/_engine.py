@@ -149,15 +149,15 @@ class Engine(Generic[R, I]):
                 if (outcomes >> shift) & mask == targets:
                     return row
             wrong = outcomes ^ plan.targets  # the first guard blocking, as blocking_guard finds
-            raise self._refused(trigger, status, plan.checks[len(plan.checks)
-                                                             - wrong.bit_length()][0])
+            name, _, target = plan.checks[len(plan.checks) - wrong.bit_length()]
+            raise self._refused(trigger, status, name, not target, plan, record, inputs)
         for row, checks in plan.candidates:
             for test, target in checks:
                 if bool(test(record, inputs)) is not target:
                     break
             else:
                 return row
-        raise self._refused(trigger, status, self.blocking_guard(trigger, record, inputs))
+        raise self._refusal(trigger, status, plan, record, inputs)
 
     def guard_plan(self, trigger: str, status: str) -> GuardPlan:
         """The candidates and guards of ``trigger`` out of ``status`` (:class:`GuardPlan`)."""
@@ -180,9 +180,28 @@ class Engine(Generic[R, I]):
                 row_slices), int("1" + "".join("01"[target] for *_, target in checks), 2))
         return plan
 
-    def _refused(self, trigger: str, status: str, blocking: str | None) -> TransitionRefused:
+    def _refusal(self, trigger: str, status: str, plan: GuardPlan, record: R, inputs: I
+                 ) -> TransitionRefused:
+        """The refusal of a record no candidate row fires: the first guard that blocks."""
+        for name, test, target in plan.checks:
+            if bool(test(record, inputs)) is not target:
+                return self._refused(trigger, status, name, not target, plan, record, inputs)
+        return self._refused(trigger, status, None, False, plan, record, inputs)
+
+    def _refused(self, trigger: str, status: str, blocking: str | None, unless: bool,
+                 plan: GuardPlan, record: R, inputs: I) -> TransitionRefused:
         code = self.guards[blocking].refusal_code if blocking else self.not_allowed_code
-        return TransitionRefused(trigger, status, guard=blocking, code=code)
+
+        def candidates() -> tuple[tuple[str, tuple[tuple[str, bool, bool], ...]], ...]:
+            # Every candidate row and each of its guards, evaluated again for the message.
+            return tuple(
+                (row.label, tuple((name, target, bool(test(record, inputs)))
+                                  for name, (test, target) in zip(
+                                      (*row.conditions, *row.unless), checks, strict=True)))
+                for row, checks in plan.candidates)
+
+        return TransitionRefused(trigger, status, guard=blocking, code=code, unless=unless,
+                                 candidates=candidates)
 
     def select_row_by_trigger(self, trigger: str, record: R, inputs: I) -> Row:
         """:meth:`select_row` through ``transitions``' ``Event.trigger``: its tested reference."""
@@ -197,7 +216,8 @@ class Engine(Generic[R, I]):
             raise TransitionRefused(trigger, str(status), guard=None,
                                     code=self.not_allowed_code) from None
         if not moved or adapter.fired is None:
-            raise self._refused(trigger, str(status), self.blocking_guard(trigger, record, inputs))
+            raise self._refusal(trigger, str(status), self.guard_plan(trigger, str(status)),
+                                record, inputs)
         return adapter.fired
 
     def fire(self, trigger: str, record: R, inputs: I) -> R:

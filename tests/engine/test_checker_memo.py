@@ -3,7 +3,7 @@
 A memo keeps a bounded number of keys and never takes one object for another; a fire the
 search repeats in one state is still told to every observer, as the engine tells it. The
 monitor's memoized exploration is held to its uncached work in
-tests/monitor/test_monitor_exploration_memo.py.
+tests/engine/test_exploration_memo_on_the_monitor.py.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ both dispatches must pick the same row, or refuse with the same code and guard.
 ``evolver`` builds a transition's new record validating only the changed fields, for
 record classes whose validators each judge one value: it must give what
 ``attrs.evolve`` gives (on the tests' tasks here, on the monitor's record in
-tests/monitor/test_monitor_evolver.py), and leave any other class to ``attrs.evolve``.
+tests/engine/test_evolver_on_the_monitor_record.py), and leave any other class to ``attrs.evolve``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 with several workers on the memory store, and each of its properties shown to fail on
 a table that gets it wrong. On the tests' leased tasks (tests/support/tasks.py) and the
 leased jobs of examples/defects; the monitor's own interleavings are tested in
-tests/monitor/test_monitor_interleaving.py."""
+tests/engine/test_interleaving_on_the_monitor.py."""
 
 from __future__ import annotations
 

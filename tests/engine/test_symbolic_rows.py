@@ -7,7 +7,7 @@ are every state the checker reaches in the row's source status, inputs are drawn
 the lifecycle's own exploration; SQLite always, PostgreSQL with a server. Rows whose
 functions test identity or take an expression for a truth value have no form, and say
 why. On the tests' leased tasks (tests/support/tasks.py); the shipped lifecycles' rows
-are held to the same in tests/monitor/test_shipped_symbolic_rows.py.
+are held to the same in tests/stores/test_shipped_symbolic_rows.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 decide, on a stored record, whether the row fires and what it writes exactly as the
 guard and effect functions do. Shared by the framework's test on the tests' tasks
 (tests/engine/test_symbolic_rows.py) and the shipped lifecycles' own
-(tests/monitor/test_shipped_symbolic_rows.py)."""
+(tests/stores/test_shipped_symbolic_rows.py)."""
 
 from __future__ import annotations
 
