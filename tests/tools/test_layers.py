@@ -118,7 +118,6 @@ def app_helpers() -> set[str]:
 # The framework's test files that still use an app, each with the reason: "kept" where the
 # app is what the test is about, "to move" where it is only the example, not yet replaced.
 USES_AN_APP_ON_PURPOSE: dict[str, str] = {
-    "engine/test_engine.py": "to move: the engine's refusals shown on the monitor's table",
     "engine/test_exploration_pinned.py":
         "kept: pins the search's figures for the shipped lifecycles from before issue 13",
     "stores/test_claim_plan.py":
