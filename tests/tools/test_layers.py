@@ -145,7 +145,6 @@ USES_AN_APP_ON_PURPOSE: dict[str, str] = {
     "stores/test_postgres_rule_constraints.py":
         "to move: the monitor's rules as CHECK constraints, the monitor on such a table",
     "stores/test_postgres_store.py": "to move: the monitor's PostgreSQL schema and facade",
-    "stores/test_rules_index.py": "to move: rules indexes under the facade and the reference",
 }
 
 
