@@ -22,10 +22,10 @@ import pytest
 from support.tasks import TABLE, TASKS, Task, TaskInputs, TaskStatus, new_task
 from transitions import Machine
 
-from lifecycles.invariants.core import InvariantSet, InvariantViolation, invariant
-from lifecycles.machines import engine
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import (
+from lifecycles.invariants._core import InvariantSet, InvariantViolation, invariant
+from lifecycles.machines import _engine as engine
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import (
     Changes,
     EffectContractError,
     TransitionRefused,

@@ -17,15 +17,15 @@ import attrs
 import pytest
 from support.monitor import T0, TOKEN, WORKER, held, registered
 
-from lifecycles.invariants.core import InvariantViolation
+from lifecycles.invariants._core import InvariantViolation
 from lifecycles.invariants.monitor import (
     STATE_INVALID,
     MonitorRecord,
     MonitorStatus,
     ReceiverStatus,
 )
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import TransitionRefused
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import TransitionRefused
 from lifecycles.machines.monitor import MONITOR, TABLE, MonitorInputs, ReceiverAnswer
 
 NOT_ALLOWED = "terminal_processing_monitor.claim_lost"

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_monitor_rules_in_sql import COLUMNS, SQLITE_VALUES, TEMPLATES, mutated, rows_of
 
-from lifecycles.invariants.core import InvariantViolation, build_record
+from lifecycles.invariants._core import InvariantViolation, build_record
 from lifecycles.invariants.monitor import MONITOR_INVARIANTS, STATE_INVALID, MonitorRecord
 from lifecycles.machines.monitor import MONITOR
 

@@ -6,8 +6,8 @@ kind of rule (tests/stores/test_rules_in_sql.py, tests/support/rules_lifecycle.p
 it is held on the rules the monitor declares and the tables the reference writes.
 
 Every field rule and invariant of the monitor is declared once, as an expression
-(:mod:`lifecycles.invariants.expressions`); its Python predicate is compiled from it and
-:mod:`lifecycles.stores.sql_rules` renders its SQL form. Hypothesis writes rows raw into
+(:mod:`lifecycles.invariants._expressions`); its Python predicate is compiled from it and
+:mod:`lifecycles.stores._sql_rules` renders its SQL form. Hypothesis writes rows raw into
 a real database: valid records in every status with a few columns replaced by other
 records' values or by hostile ones (NULL, text in numeric columns, booleans, huge and
 negative numbers, integral floats, infinities, NaN, NUL characters, non-ASCII, blobs).
@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from support.monitor import CAPABILITIES, plain_row, records_in_every_status
 from support.postgres import connect_in, temporary_schema
 
-from lifecycles.invariants.core import InvariantViolation, build_record, field_rules
+from lifecycles.invariants._core import InvariantViolation, build_record, field_rules
 from lifecycles.invariants.monitor import (
     COLUMNS,
     MONITOR_INVARIANTS,
@@ -50,10 +50,10 @@ from lifecycles.invariants.monitor import (
 )
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.schema import TABLE, MonitorSchema
-from lifecycles.stores.postgres_dialect import PostgresDialect
-from lifecycles.stores.sql_dialect import Dialect
-from lifecycles.stores.sql_health import HealthQueries
-from lifecycles.stores.sql_rules import BROKEN_ROWS_SHOWN
+from lifecycles.stores._postgres_dialect import PostgresDialect
+from lifecycles.stores._sql_dialect import Dialect
+from lifecycles.stores._sql_health import HealthQueries
+from lifecycles.stores._sql_rules import BROKEN_ROWS_SHOWN
 from lifecycles.stores.sqlite import SQLiteDialect
 
 SCHEMA = MonitorSchema(CAPABILITIES)

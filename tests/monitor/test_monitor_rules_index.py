@@ -17,7 +17,7 @@ import pytest
 from support.monitor import TABLE, pending_items, table_dump
 
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StateInvalid
-from lifecycles.stores.sql_health import HealthQueries
+from lifecycles.stores._sql_health import HealthQueries
 
 
 def opened(path: Path, items: int = 8) -> DurableTerminalProcessingMonitor:

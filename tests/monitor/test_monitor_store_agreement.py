@@ -31,9 +31,9 @@ from hypothesis.stateful import (
 from support.postgres import DSN, require_postgres
 from support.store_kinds import KINDS, MONITOR_SCHEMA_KINDS, Opened, StoreKind
 
-from lifecycles.invariants.core import InvariantViolation
+from lifecycles.invariants._core import InvariantViolation
 from lifecycles.invariants.monitor import MonitorRecord, ReceiverStatus
-from lifecycles.machines.declaration import TransitionRefused
+from lifecycles.machines._declaration import TransitionRefused
 from lifecycles.machines.monitor import (
     MONITOR,
     MonitorInputs,
@@ -42,7 +42,7 @@ from lifecycles.machines.monitor import (
     complete_with_answer,
     new_record,
 )
-from lifecycles.stores.base import StaleRecord, Store
+from lifecycles.stores._base import StaleRecord, Store
 
 BY_NAME = {kind.name: kind for kind in (*KINDS, *MONITOR_SCHEMA_KINDS)}
 LOCAL = ("memory", "sqlite-monitor-schema", "files")

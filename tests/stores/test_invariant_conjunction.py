@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from support.rules_lifecycle import COLUMNS, INVARIANTS, STATE_INVALID, TICKETS, Ticket
 from test_rules_in_sql import SQLITE_VALUES, TEMPLATES, mutated, rows_of
 
-from lifecycles.invariants.core import (
+from lifecycles.invariants._core import (
     InvariantSet,
     InvariantViolation,
     StepViolation,
@@ -39,7 +39,7 @@ from lifecycles.invariants.core import (
     invariant,
     step_invariant,
 )
-from lifecycles.invariants.expressions import Fields
+from lifecycles.invariants._expressions import Fields
 
 # Valid records with up to three columns taken from other valid records: every field holds
 # its rule, and many such records break an invariant.

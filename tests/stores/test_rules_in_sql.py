@@ -1,8 +1,8 @@
 """Rules in SQL agree with the same rules in Python, row by row (issue 12 item 2).
 
 Every field rule and invariant is declared once, as an expression
-(:mod:`lifecycles.invariants.expressions`); its Python predicate is compiled from it and
-:mod:`lifecycles.stores.sql_rules` renders its SQL form. On the tests' tickets
+(:mod:`lifecycles.invariants._expressions`); its Python predicate is compiled from it and
+:mod:`lifecycles.stores._sql_rules` renders its SQL form. On the tests' tickets
 (tests/support/rules_lifecycle.py), whose record carries one field of every kind of rule,
 Hypothesis writes rows raw into a real database: valid records in every status with a
 few columns replaced by other records' values or by hostile ones (NULL, text in numeric
@@ -46,12 +46,12 @@ from support.rules_lifecycle import (
     tickets_in_every_status,
 )
 
-from lifecycles.invariants.core import InvariantViolation, build_record, field_rules
-from lifecycles.stores.postgres_dialect import PostgresDialect
-from lifecycles.stores.sql_dialect import Dialect
-from lifecycles.stores.sql_health import HealthQueries
-from lifecycles.stores.sql_rules import BROKEN_ROWS_SHOWN
-from lifecycles.stores.sql_schema import SQLSchema
+from lifecycles.invariants._core import InvariantViolation, build_record, field_rules
+from lifecycles.stores._postgres_dialect import PostgresDialect
+from lifecycles.stores._sql_dialect import Dialect
+from lifecycles.stores._sql_health import HealthQueries
+from lifecycles.stores._sql_rules import BROKEN_ROWS_SHOWN
+from lifecycles.stores._sql_schema import SQLSchema
 from lifecycles.stores.sqlite import SQLiteDialect
 
 SCHEMA = SQLSchema(TICKETS)

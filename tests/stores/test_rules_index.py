@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from support.rules_lifecycle import STATE_INVALID, TICKETS, Ticket, new_ticket
 
-from lifecycles.invariants.core import InvariantViolation
-from lifecycles.stores.sql_health import HealthQueries
-from lifecycles.stores.sql_schema import SQLSchema
+from lifecycles.invariants._core import InvariantViolation
+from lifecycles.stores._sql_health import HealthQueries
+from lifecycles.stores._sql_schema import SQLSchema
 from lifecycles.stores.sqlite import SQLiteStore
 
 TABLE = SQLSchema(TICKETS).table

@@ -35,10 +35,10 @@ from hypothesis.stateful import (
 from support.postgres import DSN, connect_in, create_schema, drop_schema, require_postgres
 from support.tasks import TASKS, Task, TaskInputs, new_task
 
-from lifecycles.invariants.core import InvariantViolation
-from lifecycles.machines.declaration import TransitionRefused
-from lifecycles.stores.base import StaleRecord, Store
-from lifecycles.stores.memory import MemoryStore
+from lifecycles.invariants._core import InvariantViolation
+from lifecycles.machines._declaration import TransitionRefused
+from lifecycles.stores._base import StaleRecord, Store
+from lifecycles.stores._memory import MemoryStore
 
 MAX_TASKS = 5
 WORKERS = ("w1", "w2", "w3")
@@ -78,7 +78,7 @@ def _sqlite() -> tuple[Store[Task], Close]:
 
 
 def _files() -> tuple[Store[Task], Close]:
-    from lifecycles.stores.files import FilesStore
+    from lifecycles.stores._files import FilesStore
 
     directory = tempfile.TemporaryDirectory(prefix="lifecycles-files-")
     return FilesStore(TASKS, Path(directory.name) / "tasks"), directory.cleanup

@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import (
+from lifecycles.invariants._core import (
     FieldRule,
     InvariantSet,
     expressed,
@@ -37,7 +37,7 @@ from lifecycles.invariants.core import (
     one_of,
     step_invariant,
 )
-from lifecycles.invariants.expressions import (
+from lifecycles.invariants._expressions import (
     Expr,
     Fields,
     Length,
@@ -48,8 +48,8 @@ from lifecycles.invariants.expressions import (
     int_not_bool,
     str_exactly,
 )
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Changes, Lease, effect, guard
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Changes, Lease, effect, guard
 
 CODE = "tickets."
 STATE_INVALID = CODE + "state_invalid"
