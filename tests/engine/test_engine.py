@@ -3,6 +3,10 @@
 Then: a false guard refuses with its own code and name, an effect cannot write a field
 it did not declare, a result that breaks an invariant is refused naming the rule, the
 derived sets match the table, and one ``transitions`` machine serves every record.
+
+On the tests' leased tasks (tests/support/tasks.py) and tiny lifecycles declared here; the
+same refusals and sets as the monitor's table declares them are in
+tests/monitor/test_monitor_engine.py.
 """
 
 from __future__ import annotations
@@ -15,16 +19,10 @@ from typing import Any
 
 import attrs
 import pytest
-from support.monitor import T0, TOKEN, WORKER, held, registered
+from support.tasks import TABLE, TASKS, Task, TaskInputs, TaskStatus, new_task
 from transitions import Machine
 
 from lifecycles.invariants._core import InvariantSet, InvariantViolation, invariant
-from lifecycles.invariants.monitor import (
-    STATE_INVALID,
-    MonitorRecord,
-    MonitorStatus,
-    ReceiverStatus,
-)
 from lifecycles.machines import _engine as engine
 from lifecycles.machines._core import Lifecycle
 from lifecycles.machines._declaration import (
@@ -34,43 +32,31 @@ from lifecycles.machines._declaration import (
     effect,
     guard,
 )
-from lifecycles.machines.monitor import MONITOR, TABLE, MonitorInputs, ReceiverAnswer
 
-NOT_ALLOWED = "terminal_processing_monitor.claim_lost"
-
-
-# --- monitor records in every status, made by firing real transitions ----------
-
-
-def answer(status: ReceiverStatus) -> ReceiverAnswer:
-    return ReceiverAnswer(
-        processing_status=status, attempts=1, max_attempts=5, next_attempt_at=T0,
-        lease_expires_at=T0 + 60 if status == ReceiverStatus.LEASED else None,
-        lease_expired=False,
-        last_error_code="receiver.busy"
-        if status in (ReceiverStatus.RETRY_WAIT, ReceiverStatus.FAILED) else None,
-        processed_at=T0 if status == ReceiverStatus.SUCCEEDED else None,
-    )
+T0 = 1_000.0
+WORKER, TOKEN = "worker-1", "token-1"
+NOT_ALLOWED = "tasks.not_allowed"
+STATE_INVALID = "tasks.state_invalid"
 
 
-def records_by_status() -> dict[MonitorStatus, MonitorRecord]:
-    pending = registered()
-    leased = MONITOR.fire("claim", pending, held(T0))
+def held(now: float, **changes: Any) -> TaskInputs:
+    """Inputs at ``now`` from the worker holding the lease ``TOKEN``."""
+    return TaskInputs(now=now, **{"worker_id": WORKER, "lease_token": TOKEN, **changes})
+
+
+# --- task records in every status, made by firing real transitions -------------
+
+
+def records_by_status() -> dict[TaskStatus, Task]:
+    queued = new_task("task-1", now=T0)
+    running = TASKS.fire("claim", queued, held(T0))
     done = T0 + 1
     return {
-        MonitorStatus.PENDING: pending,
-        MonitorStatus.LEASED: leased,
-        MonitorStatus.WATCHING: MONITOR.fire(
-            "observe_progress", leased, held(done, answer=answer(ReceiverStatus.PENDING))
-        ),
-        MonitorStatus.RETRY_WAIT: MONITOR.fire(
-            "fail_attempt", leased, held(done, error_code="reader.timeout", retryable=True)
-        ),
-        MonitorStatus.SUCCEEDED: MONITOR.fire(
-            "observe_success", leased, held(done, answer=answer(ReceiverStatus.SUCCEEDED))
-        ),
-        MonitorStatus.FAILED: MONITOR.fire(
-            "observe_failure", leased, held(done, answer=answer(ReceiverStatus.FAILED))
+        TaskStatus.QUEUED: queued,
+        TaskStatus.RUNNING: running,
+        TaskStatus.SUCCEEDED: TASKS.fire("succeed", running, held(done)),
+        TaskStatus.FAILED: TASKS.fire(
+            "fail", running, held(done, error="worker.crashed", retryable=False)
         ),
     }
 
@@ -78,18 +64,15 @@ def records_by_status() -> dict[MonitorStatus, MonitorRecord]:
 RECORDS = records_by_status()
 
 
-def friendly_inputs(record: MonitorRecord) -> MonitorInputs:
+def friendly_inputs(record: Task) -> TaskInputs:
     """Inputs under which every guard of every row would pass if the row existed."""
-    return held(
-        T0 + 2, answer=answer(ReceiverStatus.PENDING), error_code="reader.timeout",
-        retryable=True,
-    )
+    return held(T0 + 2, error="worker.timeout", retryable=True)
 
 
 def _table_sources(row: dict[str, Any]) -> list[str]:
     source = row["source"]
     if source == "*":  # the transitions notation for every declared status
-        return [status.value for status in MonitorStatus]
+        return [status.value for status in TaskStatus]
     return [source] if isinstance(source, str) else list(source)
 
 
@@ -98,37 +81,38 @@ ALLOWED = {(row["trigger"], source) for row in TABLE for source in _table_source
 TRIGGERS = list(dict.fromkeys(row["trigger"] for row in TABLE))
 REFUSED_PAIRS = [
     (trigger, status)
-    for trigger in dict.fromkeys([*TRIGGERS, "register", "no_such_trigger"])
-    for status in MonitorStatus
+    for trigger in dict.fromkeys([*TRIGGERS, "submit", "no_such_trigger"])
+    for status in TaskStatus
     if (trigger, status.value) not in ALLOWED
 ]
 
 
 def test_every_status_has_a_record_built_by_real_transitions() -> None:
-    assert {record.status for record in RECORDS.values()} == set(MonitorStatus)
+    assert {record.status for record in RECORDS.values()} == set(TaskStatus)
     for status, record in RECORDS.items():
         assert record.status == status
-        assert MONITOR.check(record) is record
+        assert TASKS.check(record) is record
 
 
 def test_the_refused_pairs_cover_the_whole_grid() -> None:
-    # 7 table triggers (register now among them) and 1 outside the table, on 6 statuses,
-    # less the 14 allowed pairs (8 that move a record, 6 re-registrations that do not).
-    assert len(ALLOWED) == 14
-    assert len(REFUSED_PAIRS) == 8 * 6 - 14
+    # 5 table triggers, the creation trigger (submit, outside the table) and 1 unknown
+    # trigger, on 4 statuses, less the 5 allowed pairs (claim from queued, the other four
+    # from running).
+    assert len(ALLOWED) == 5
+    assert len(REFUSED_PAIRS) == 7 * 4 - 5
 
 
 @pytest.mark.parametrize(
     ("trigger", "status"), REFUSED_PAIRS, ids=[f"{t}-{s.value}" for t, s in REFUSED_PAIRS]
 )
 def test_illegal_transitions_raise_an_error_and_nothing_happens(
-    trigger: str, status: MonitorStatus
+    trigger: str, status: TaskStatus
 ) -> None:
     record = RECORDS[status]
     before = copy.deepcopy(record)
     inputs = friendly_inputs(record)
     with pytest.raises(TransitionRefused) as refused:
-        MONITOR.fire(trigger, record, inputs)
+        TASKS.fire(trigger, record, inputs)
     assert refused.value.code == NOT_ALLOWED
     assert refused.value.guard is None
     assert refused.value.trigger == trigger
@@ -137,42 +121,35 @@ def test_illegal_transitions_raise_an_error_and_nothing_happens(
     assert record == before
     assert attrs.asdict(record) == attrs.asdict(before)
     with pytest.raises(TransitionRefused):
-        MONITOR.select_row(trigger, record, inputs)
+        TASKS.select_row(trigger, record, inputs)
     assert record == before
 
 
 def test_records_are_frozen() -> None:
-    record = RECORDS[MonitorStatus.PENDING]
+    record = RECORDS[TaskStatus.QUEUED]
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        record.status = MonitorStatus.LEASED  # type: ignore[misc]
-    assert record.status == MonitorStatus.PENDING
+        record.status = TaskStatus.RUNNING  # type: ignore[misc]
+    assert record.status == TaskStatus.QUEUED
 
 
 # --- false guards ------------------------------------------------------------
 
+EXPIRY = T0 + 30  # the lease RECORDS[RUNNING] holds: T0 + lease_seconds
 
 GUARD_CASES = [
     # (trigger, status, inputs, blocking guard, code)
-    ("claim", MonitorStatus.PENDING, held(T0 - 1), "poll_is_due", NOT_ALLOWED),
-    ("claim", MonitorStatus.WATCHING, held(T0 + 2), "poll_is_due", NOT_ALLOWED),
-    ("expire_lease", MonitorStatus.LEASED, held(T0 + 599), "lease_has_expired", NOT_ALLOWED),
-    ("observe_progress", MonitorStatus.LEASED,
-     MonitorInputs(now=T0 + 1, worker_id="worker-2", lease_token=TOKEN,
-                   answer=answer(ReceiverStatus.PENDING)),
-     "lease_is_held", NOT_ALLOWED),
-    ("observe_success", MonitorStatus.LEASED,
-     MonitorInputs(now=T0 + 1, worker_id=WORKER, lease_token="token-2",
-                   answer=answer(ReceiverStatus.SUCCEEDED)),
-     "lease_is_held", NOT_ALLOWED),
-    ("observe_failure", MonitorStatus.LEASED,
-     held(T0 + 600, answer=answer(ReceiverStatus.FAILED)),
-     "lease_is_live", "terminal_processing_monitor.lease_expired"),
-    ("fail_attempt", MonitorStatus.LEASED,
-     held(T0 + 600, error_code="reader.timeout", retryable=True),
-     "lease_is_live", "terminal_processing_monitor.lease_expired"),
-    ("fail_attempt", MonitorStatus.LEASED,
-     MonitorInputs(now=T0 + 1, worker_id=None, lease_token=None, error_code="reader.timeout"),
-     "lease_is_held", NOT_ALLOWED),
+    ("claim", TaskStatus.QUEUED, held(T0 - 1), "is_due", "tasks.not_due"),
+    ("expire", TaskStatus.RUNNING, held(EXPIRY - 1), "lease_has_expired", "tasks.lease_live"),
+    ("renew", TaskStatus.RUNNING, held(T0 + 1, worker_id="worker-2"),
+     "lease_is_held", "tasks.lease_lost"),
+    ("succeed", TaskStatus.RUNNING, held(T0 + 1, lease_token="token-2"),
+     "lease_is_held", "tasks.lease_lost"),
+    ("succeed", TaskStatus.RUNNING, held(EXPIRY), "lease_is_live", "tasks.lease_expired"),
+    ("fail", TaskStatus.RUNNING, held(EXPIRY, error="worker.timeout", retryable=True),
+     "lease_is_live", "tasks.lease_expired"),
+    ("fail", TaskStatus.RUNNING,
+     TaskInputs(now=T0 + 1, worker_id=None, lease_token=None, error="worker.timeout"),
+     "lease_is_held", "tasks.lease_lost"),
 ]
 
 
@@ -182,27 +159,28 @@ GUARD_CASES = [
     ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(GUARD_CASES)],
 )
 def test_a_false_guard_refuses_with_its_code_and_name(
-    trigger: str, status: MonitorStatus, inputs: MonitorInputs, blocking: str, code: str
+    trigger: str, status: TaskStatus, inputs: TaskInputs, blocking: str, code: str
 ) -> None:
     record = RECORDS[status]
     before = copy.deepcopy(record)
     with pytest.raises(TransitionRefused) as refused:
-        MONITOR.fire(trigger, record, inputs)
+        TASKS.fire(trigger, record, inputs)
     assert refused.value.guard == blocking
-    assert refused.value.code == code == MONITOR.guards[blocking].refusal_code
+    assert refused.value.code == code == TASKS.guards[blocking].refusal_code
     assert f"guard {blocking} is false" in str(refused.value)
     assert record == before
 
 
-def test_exhausted_failures_block_a_claim_from_retry_wait() -> None:
-    record = attrs.evolve(RECORDS[MonitorStatus.RETRY_WAIT], failures=5, poll_attempts=5)
+def test_spent_attempts_block_a_claim_from_the_queue() -> None:
+    record = attrs.evolve(RECORDS[TaskStatus.QUEUED], attempts=3, max_attempts=3)
     with pytest.raises(TransitionRefused) as refused:
-        MONITOR.fire("claim", record, held(T0 + 10_000))
-    assert refused.value.guard == "failures_remain"
-    assert refused.value.code == NOT_ALLOWED
+        TASKS.fire("claim", record, held(T0 + 10_000))
+    assert refused.value.guard == "an_attempt_is_left"
+    assert refused.value.code == "tasks.no_attempt_left"
 
 
-# A tiny lifecycle to test the engine's rules apart from the monitor.
+# A tiny lifecycle to test the engine's rules apart from any lease: guards given as
+# conditions and unless, an effect writing what it did not declare, a plain invariant.
 
 
 class Step(StrEnum):
@@ -328,52 +306,51 @@ def test_a_result_breaking_an_invariant_is_refused_naming_the_rule() -> None:
     assert record.count == 2
 
 
-def test_a_monitor_result_breaking_an_invariant_names_it_with_state_invalid() -> None:
-    # The reference's known defect: a receiver retry_wait without its error code.
-    defective = attrs.evolve(answer(ReceiverStatus.RETRY_WAIT), last_error_code=None)
-    leased = RECORDS[MonitorStatus.LEASED]
+def test_a_task_result_breaking_an_invariant_names_it_with_state_invalid() -> None:
+    # A failure without its error: the effect writes what the inputs carry, nothing.
+    running = RECORDS[TaskStatus.RUNNING]
     with pytest.raises(InvariantViolation) as broken:
-        MONITOR.fire("observe_progress", leased, held(T0 + 1, answer=defective))
-    assert broken.value.rules == ("receiver_error_iff_receiver_waiting_or_failed",)
+        TASKS.fire("fail", running, held(T0 + 1, error=None, retryable=False))
+    assert broken.value.rules == ("failed_with_an_error",)
     assert broken.value.code == STATE_INVALID
 
 
 def test_a_field_rule_broken_by_an_effect_is_reported_as_an_invariant_violation() -> None:
-    leased = RECORDS[MonitorStatus.LEASED]
+    running = RECORDS[TaskStatus.RUNNING]
     with pytest.raises(InvariantViolation) as broken:
-        MONITOR.fire("fail_attempt", leased, held(T0 + 1, error_code="Not A Code"))
+        TASKS.fire("fail", running, held(T0 + 1, error="Not A Code"))
     assert broken.value.rules == ("error_code_syntax",)
     assert broken.value.code == STATE_INVALID
 
 
 def test_create_admits_only_the_initial_status_with_every_invariant() -> None:
-    assert MONITOR.create(RECORDS[MonitorStatus.PENDING]) is RECORDS[MonitorStatus.PENDING]
+    assert TASKS.create(RECORDS[TaskStatus.QUEUED]) is RECORDS[TaskStatus.QUEUED]
     with pytest.raises(TransitionRefused) as refused:
-        MONITOR.create(RECORDS[MonitorStatus.WATCHING])
-    assert (refused.value.trigger, refused.value.code) == ("register", NOT_ALLOWED)
-    broken = attrs.evolve(RECORDS[MonitorStatus.PENDING], updated_at=T0 - 1)
+        TASKS.create(RECORDS[TaskStatus.RUNNING])
+    assert (refused.value.trigger, refused.value.code) == ("submit", NOT_ALLOWED)
+    broken = attrs.evolve(RECORDS[TaskStatus.QUEUED], attempts=4)
     with pytest.raises(InvariantViolation) as invalid:
-        MONITOR.create(broken)
-    assert invalid.value.rules == ("updated_not_before_created",)
+        TASKS.create(broken)
+    assert invalid.value.rules == ("attempts_within_max",)
 
 
 def test_select_then_apply_is_fire_and_firing_is_pure() -> None:
-    pending = RECORDS[MonitorStatus.PENDING]
-    row = MONITOR.select_row("claim", pending, held(T0))
+    queued = RECORDS[TaskStatus.QUEUED]
+    row = TASKS.select_row("claim", queued, held(T0))
     assert (row.trigger, row.source, row.dest, row.effect) == (
-        "claim", "pending", "leased", "grant_lease"
+        "claim", "queued", "running", "take_lease"
     )
-    assert row.label == "claim [poll_is_due, failures_remain]"
-    applied = MONITOR.apply_row(row, pending, held(T0))
-    assert applied == MONITOR.fire("claim", pending, held(T0)) == RECORDS[MonitorStatus.LEASED]
-    assert pending == registered()
+    assert row.label == "claim [is_due, an_attempt_is_left]"
+    applied = TASKS.apply_row(row, queued, held(T0))
+    assert applied == TASKS.fire("claim", queued, held(T0)) == RECORDS[TaskStatus.RUNNING]
+    assert queued == new_task("task-1", now=T0)
 
 
 def test_rows_name_guards_and_unless_in_their_label() -> None:
-    labels = {row.label for row in MONITOR.rows if row.trigger == "expire_lease"}
+    labels = {row.label for row in TASKS.rows if row.trigger == "expire"}
     assert labels == {
-        "expire_lease [lease_has_expired, another_failure_allowed]",
-        "expire_lease [lease_has_expired, !another_failure_allowed]",
+        "expire [lease_has_expired, attempts_remain]",
+        "expire [lease_has_expired, !attempts_remain]",
     }
 
 
@@ -382,8 +359,8 @@ def test_rows_name_guards_and_unless_in_their_label() -> None:
 
 def test_table_version_is_stable_for_the_same_declaration() -> None:
     assert demo().table_version == DEMO.table_version
-    assert len(MONITOR.table_version) == 12
-    int(MONITOR.table_version, 16)
+    assert len(TASKS.table_version) == 12
+    int(TASKS.table_version, 16)
 
 
 @pytest.mark.parametrize(
@@ -415,71 +392,68 @@ def test_table_version_changes_when_a_row_is_added() -> None:
     assert demo(table=table).table_version != DEMO.table_version
 
 
-def _monitor_with(table: list[dict[str, Any]]) -> Lifecycle[MonitorRecord, MonitorInputs]:
-    return Lifecycle(
-        module=__name__,
-        name=MONITOR.name, statuses=MonitorStatus, table=table, initial=MONITOR.initial,
-        final=MONITOR.final, creation=MONITOR.creation, guards=MONITOR.guards.values(),
-        effects=MONITOR.effects.values(), invariants=MONITOR.invariants,
-        record_type=MonitorRecord, key_field="event_id", not_allowed_code=NOT_ALLOWED,
-        lease=MONITOR.lease, handling=MONITOR.handling,
-        beside_the_table=MONITOR.beside_the_table,
-    )
+def _tasks_with(table: list[dict[str, Any]], **changes: Any) -> Lifecycle[Task, TaskInputs]:
+    arguments: dict[str, Any] = {
+        "module": __name__,
+        "name": TASKS.name, "statuses": TaskStatus, "table": table, "initial": TASKS.initial,
+        "final": TASKS.final, "creation": TASKS.creation, "guards": TASKS.guards.values(),
+        "effects": TASKS.effects.values(), "invariants": TASKS.invariants,
+        "record_type": Task, "key_field": "task_id", "not_allowed_code": NOT_ALLOWED,
+        "lease": TASKS.lease, "handling": TASKS.handling,
+    }
+    arguments.update(changes)
+    return Lifecycle(**arguments)
 
 
-def test_table_version_follows_the_monitor_table() -> None:
-    assert _monitor_with([dict(row) for row in TABLE]).table_version == MONITOR.table_version
-    cancel = {"trigger": "cancel", "source": "pending", "dest": "failed"}
-    assert _monitor_with([*TABLE, cancel]).table_version != MONITOR.table_version
+def test_table_version_follows_the_tasks_table() -> None:
+    assert _tasks_with([dict(row) for row in TABLE]).table_version == TASKS.table_version
+    cancel = {"trigger": "cancel", "source": "queued", "dest": "failed"}
+    assert _tasks_with([*TABLE, cancel]).table_version != TASKS.table_version
     narrower = [dict(row) for row in TABLE]
-    narrower[0] = {**narrower[0], "source": ["pending", "retry_wait"]}
-    narrower.append({"trigger": "claim", "source": "watching", "dest": "leased",
-                     "conditions": ["poll_is_due", "failures_remain", "lease_is_held"],
-                     "after": "grant_lease"})
-    assert _monitor_with(narrower).table_version != MONITOR.table_version
+    narrower[0] = {**narrower[0], "conditions": ["is_due"]}  # the same rows, one guard fewer
+    guards = [g for name, g in TASKS.guards.items() if name != "an_attempt_is_left"]
+    assert _tasks_with(narrower, guards=guards).table_version != TASKS.table_version
 
 
 # --- derived sets -------------------------------------------------------------
 
 
 def test_derived_sets_match_the_literal_table() -> None:
-    assert list(MONITOR.triggers) == TRIGGERS
+    assert list(TASKS.triggers) == TRIGGERS
     for trigger in TRIGGERS:
         rows = [row for row in TABLE if row["trigger"] == trigger]
-        assert {s.value for s in MONITOR.sources(trigger)} == {
+        assert {s.value for s in TASKS.sources(trigger)} == {
             source for row in rows for source in _table_sources(row)
         }
-        assert {s.value for s in MONITOR.dests(trigger)} == {
+        assert {s.value for s in TASKS.dests(trigger)} == {
             source if row["dest"] == "=" else row["dest"]  # "=": the source itself
             for row in rows for source in _table_sources(row)
         }
-    for status in MonitorStatus:
+    for status in TaskStatus:
         expected = [t for t in TRIGGERS if (t, status.value) in ALLOWED]
-        assert list(MONITOR.allowed_triggers(status)) == expected
-    assert MONITOR.sources("no_such_trigger") == frozenset()
+        assert list(TASKS.allowed_triggers(status)) == expected
+    assert TASKS.sources("no_such_trigger") == frozenset()
 
 
-def test_derived_sets_match_the_reference_statuses() -> None:
-    # The reference claims from pending, watching and retry_wait into leased; its
-    # terminal statuses are succeeded and failed, which nothing leaves.
-    assert MONITOR.claimable == {
-        MonitorStatus.PENDING, MonitorStatus.WATCHING, MonitorStatus.RETRY_WAIT
-    }
-    assert MONITOR.leased == MonitorStatus.LEASED
-    assert MONITOR.final == {MonitorStatus.SUCCEEDED, MonitorStatus.FAILED}
-    for status in MONITOR.final:  # only the re-registration that changes nothing
-        assert MONITOR.allowed_triggers(status) == ("register",)
-    assert MONITOR.sources("expire_lease") == {MonitorStatus.LEASED}
-    assert MONITOR.dests("expire_lease") == {MonitorStatus.RETRY_WAIT, MonitorStatus.FAILED}
-    assert MONITOR.dests("fail_attempt") == {MonitorStatus.RETRY_WAIT, MonitorStatus.FAILED}
+def test_derived_sets_name_the_claimable_leased_and_final_statuses() -> None:
+    # A task is claimed from queued into running; succeeded and failed end it, and
+    # nothing leaves them.
+    assert TASKS.claimable == {TaskStatus.QUEUED}
+    assert TASKS.leased == TaskStatus.RUNNING
+    assert TASKS.final == {TaskStatus.SUCCEEDED, TaskStatus.FAILED}
+    for status in TASKS.final:
+        assert TASKS.allowed_triggers(status) == ()
+    assert TASKS.sources("expire") == {TaskStatus.RUNNING}
+    assert TASKS.dests("expire") == {TaskStatus.QUEUED, TaskStatus.FAILED}
+    assert TASKS.dests("fail") == {TaskStatus.QUEUED, TaskStatus.FAILED}
     assert DEMO.claimable == frozenset()
     assert DEMO.leased is None
 
 
 def test_writes_are_the_status_plus_the_declared_fields() -> None:
-    for row in MONITOR.rows:
-        declared = MONITOR.effects[row.effect].writes if row.effect else ()
-        assert MONITOR.writes(row) == ("status", *declared)
+    for row in TASKS.rows:
+        declared = TASKS.effects[row.effect].writes if row.effect else ()
+        assert TASKS.writes(row) == ("status", *declared)
     finish = next(row for row in DEMO.rows if row.trigger == "finish")
     assert DEMO.writes(finish) == ("status",)
 
@@ -490,10 +464,10 @@ def test_writes_are_the_status_plus_the_declared_fields() -> None:
 def test_one_machine_per_lifecycle_and_firing_grows_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    machine = MONITOR.machine
+    machine = TASKS.machine
     assert isinstance(machine, Machine)
     assert machine.models == []
-    assert "to_pending" not in machine.events  # auto_transitions=False
+    assert "to_queued" not in machine.events  # auto_transitions=False
 
     def forbidden(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("firing must not add models or build machines")
@@ -503,14 +477,14 @@ def test_one_machine_per_lifecycle_and_firing_grows_nothing(
     events_before = {name: len(event.transitions) for name, event in machine.events.items()}
     states_before = set(machine.states)
 
-    records = [attrs.evolve(registered(), event_id=f"evt-{n}") for n in range(2_000)]
-    claimed = [MONITOR.fire("claim", record, held(T0)) for record in records]
+    records = [new_task(f"task-{n}", now=T0) for n in range(2_000)]
+    claimed = [TASKS.fire("claim", record, held(T0)) for record in records]
     for record in claimed:
         with pytest.raises(TransitionRefused):
-            MONITOR.fire("claim", record, held(T0))
-    assert all(record.status == MonitorStatus.LEASED for record in claimed)
+            TASKS.fire("claim", record, held(T0))
+    assert all(record.status == TaskStatus.RUNNING for record in claimed)
 
-    assert MONITOR.machine is machine
+    assert TASKS.machine is machine
     assert machine.models == []
     assert not machine._transition_queue
     assert {name: len(e.transitions) for name, e in machine.events.items()} == events_before
@@ -522,18 +496,17 @@ def test_one_machine_per_lifecycle_and_firing_grows_nothing(
 def test_the_shared_machine_fires_correctly_from_many_threads() -> None:
     # One machine serves every record, so workers in threads share it: each firing
     # must see only its own record and inputs.
-    records = [attrs.evolve(registered(), event_id=f"evt-{n}", next_poll_at=T0 + n % 7)
-               for n in range(400)]
+    records = [new_task(f"task-{n}", now=T0 + n % 7) for n in range(400)]
 
-    def fire_all(offset: int) -> list[MonitorRecord]:
+    def fire_all(offset: int) -> list[Task]:
         out = []
         for record in records:
             now = T0 + offset
             try:
-                out.append(MONITOR.fire("claim", record, MonitorInputs(
-                    now=now, worker_id=f"worker-{offset}", lease_token=f"t-{record.event_id}")))
+                out.append(TASKS.fire("claim", record, TaskInputs(
+                    now=now, worker_id=f"worker-{offset}", lease_token=f"t-{record.task_id}")))
             except TransitionRefused as refused:
-                assert refused.guard == "poll_is_due"
+                assert refused.guard == "is_due"
                 out.append(record)
         return out
 
@@ -541,7 +514,7 @@ def test_the_shared_machine_fires_correctly_from_many_threads() -> None:
     expected = [fire_all(offset) for offset in offsets]
     with ThreadPoolExecutor(max_workers=4) as pool:
         assert list(pool.map(fire_all, offsets)) == expected
-    assert MONITOR.machine.models == []
+    assert TASKS.machine.models == []
 
 
 # --- records whose attrs validators read other fields ---------------------------------

@@ -5,14 +5,18 @@ An invariant set asks every rule at once first: one compiled conjunction
 turn; only a record breaking some rule is asked rule by rule, for the names.
 
 So the conjunction must say "valid" exactly when every rule, asked alone, holds: on
-generated monitor records (valid ones in every status with columns swapped for other
-records' values, so that many break some invariant), on a set mixing both kinds of rule,
-and on rules answering with values that are merely true or false, or raising.
+generated records of the tests' tickets (tests/support/rules_lifecycle.py: valid ones in
+every status with columns swapped for other records' values, so that many break some
+invariant), on a set mixing both kinds of rule, and on rules answering with values that
+are merely true or false, or raising.
 
 A store builds the records it reads with generated code too (``Lifecycle.build``): every
 field converted, then every field rule checked, in field order, as the class's own
 ``__init__`` does. On the same generated rows, including hostile values, it builds the
 record the class builds, or refuses with the same rule.
+
+The same two checks on the monitor's own rules and rows are in
+tests/monitor/test_monitor_invariant_conjunction.py.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_rules_in_sql import COLUMNS, SQLITE_VALUES, TEMPLATES, mutated, rows_of
+from support.rules_lifecycle import COLUMNS, INVARIANTS, STATE_INVALID, TICKETS, Ticket
+from test_rules_in_sql import SQLITE_VALUES, TEMPLATES, mutated, rows_of
 
 from lifecycles.invariants._core import (
     InvariantSet,
@@ -35,8 +40,6 @@ from lifecycles.invariants._core import (
     step_invariant,
 )
 from lifecycles.invariants._expressions import Fields
-from lifecycles.invariants.monitor import MONITOR_INVARIANTS, STATE_INVALID, MonitorRecord
-from lifecycles.machines.monitor import MONITOR
 
 # Valid records with up to three columns taken from other valid records: every field holds
 # its rule, and many such records break an invariant.
@@ -51,17 +54,17 @@ SWAPPED = st.lists(
 
 
 @given(st.one_of(SWAPPED, rows_of(SQLITE_VALUES)))
-def test_every_monitor_invariant_at_once_is_each_invariant_in_turn(
+def test_every_invariant_at_once_is_each_invariant_in_turn(
     rows: list[dict[str, Any]],
 ) -> None:
     for values in rows:
         try:
-            record = build_record(MonitorRecord, values, STATE_INVALID)
+            record = build_record(Ticket, values, STATE_INVALID)
         except InvariantViolation:
             continue  # a field breaks its rule: no record to ask
-        one_by_one = [rule.name for rule in MONITOR_INVARIANTS if not rule.holds(record)]
-        assert bool(MONITOR_INVARIANTS._all_hold(record)) == (not one_by_one)
-        assert MONITOR_INVARIANTS.broken(record) == one_by_one
+        one_by_one = [rule.name for rule in INVARIANTS if not rule.holds(record)]
+        assert bool(INVARIANTS._all_hold(record)) == (not one_by_one)
+        assert INVARIANTS.broken(record) == one_by_one
 
 
 def built(make: Any, values: dict[str, Any]) -> Any:
@@ -73,13 +76,13 @@ def built(make: Any, values: dict[str, Any]) -> Any:
 
 @given(st.one_of(SWAPPED, rows_of(SQLITE_VALUES)))
 def test_a_record_read_is_built_as_its_class_builds_it(rows: list[dict[str, Any]]) -> None:
-    assert MONITOR.build is not MonitorRecord  # the generated builder, not the class
+    assert TICKETS.build is not Ticket  # the generated builder, not the class
     for values in rows:
-        assert built(MONITOR.build, values) == built(MonitorRecord, values)
+        assert built(TICKETS.build, values) == built(Ticket, values)
         fewer = {name: value for name, value in values.items() if name != "status"}
-        assert built(MONITOR.build, fewer) == built(MonitorRecord, fewer) == ("record_shape",)
+        assert built(TICKETS.build, fewer) == built(Ticket, fewer) == ("record_shape",)
         more = {**values, "extra": 1}
-        assert built(MONITOR.build, more) == built(MonitorRecord, more) == ("record_shape",)
+        assert built(TICKETS.build, more) == built(Ticket, more) == ("record_shape",)
 
 
 @attrs.frozen

@@ -1,23 +1,26 @@
 """Rules in SQL agree with the same rules in Python, row by row (issue 12 item 2).
 
-Every field rule and invariant of the monitor is declared once, as an expression
+Every field rule and invariant is declared once, as an expression
 (:mod:`lifecycles.invariants._expressions`); its Python predicate is compiled from it and
-:mod:`lifecycles.stores._sql_rules` renders its SQL form. Hypothesis writes rows raw into
-a real database: valid records in every status with a few columns replaced by other
-records' values or by hostile ones (NULL, text in numeric columns, booleans, huge and
-negative numbers, integral floats, infinities, NaN, NUL characters, non-ASCII, blobs).
-Then, for every row and every rule, the SQL form (evaluated by the database) and the
-Python predicate (on the values as the store reads them, through the field's converter)
-agree, and the SQL form is never NULL. Invariants are compared where Python reaches
-them: on rows whose fields all hold.
+:mod:`lifecycles.stores._sql_rules` renders its SQL form. On the tests' tickets
+(tests/support/rules_lifecycle.py), whose record carries one field of every kind of rule,
+Hypothesis writes rows raw into a real database: valid records in every status with a
+few columns replaced by other records' values or by hostile ones (NULL, text in numeric
+columns, booleans, huge and negative numbers, integral floats, infinities, NaN, NUL
+characters, non-ASCII, blobs). Then, for every row and every rule, the SQL form
+(evaluated by the database) and the Python predicate (on the values as the store reads
+them, through the field's converter) agree, and the SQL form is never NULL. Invariants
+are compared where Python reaches them: on rows whose fields all hold.
 
 The health statements themselves are then run on the same table: the broken rows, the
 rows breaking each rule, and the first broken rows with the rules a read of each names,
 all as Python finds them.
 
-SQLite twice (the reference schema's column types, whose affinities convert some values
-on the way in, and untyped columns, which keep every value as written), and PostgreSQL
-(typed columns) when ``LIFECYCLES_TEST_POSTGRES_DSN`` is set.
+SQLite twice (the generic schema's column types, whose affinities convert some values on
+the way in, and untyped columns, which keep every value as written), and PostgreSQL
+(typed columns) when ``LIFECYCLES_TEST_POSTGRES_DSN`` is set. The monitor's own rules, on
+its reference schema, are held to the same in
+tests/stores/test_rules_in_sql_on_the_monitor_schema.py.
 """
 
 from __future__ import annotations
@@ -33,37 +36,38 @@ import attrs
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from support.monitor import CAPABILITIES, plain_row, records_in_every_status
 from support.postgres import connect_in, temporary_schema
+from support.rules_lifecycle import (
+    COLUMNS,
+    INVARIANTS,
+    STATE_INVALID,
+    TICKETS,
+    Ticket,
+    plain_row,
+    tickets_in_every_status,
+)
 
 from lifecycles.invariants._core import InvariantViolation, build_record, field_rules
-from lifecycles.invariants.monitor import (
-    COLUMNS,
-    MONITOR_INVARIANTS,
-    STATE_INVALID,
-    MonitorRecord,
-)
-from lifecycles.machines.monitor import MONITOR
-from lifecycles.monitor.schema import TABLE, MonitorSchema
 from lifecycles.stores._postgres_dialect import PostgresDialect
 from lifecycles.stores._sql_dialect import Dialect
 from lifecycles.stores._sql_health import HealthQueries
 from lifecycles.stores._sql_rules import BROKEN_ROWS_SHOWN
+from lifecycles.stores._sql_schema import SQLSchema
 from lifecycles.stores.sqlite import SQLiteDialect
 
-SCHEMA = MonitorSchema(CAPABILITIES)
+SCHEMA = SQLSchema(TICKETS)
+TABLE = SCHEMA.table  # the rules indexes name it
 KINDS = {column.name: column.kind for column in SCHEMA.columns}
-FIELD_RULES = field_rules(MonitorRecord)
-CONVERTERS = {field.name: field.converter for field in attrs.fields(MonitorRecord)}
-INVARIANTS = list(MONITOR_INVARIANTS)
-TEMPLATES = [plain_row(record) for record in records_in_every_status()]
+FIELD_RULES = field_rules(Ticket)
+CONVERTERS = {field.name: field.converter for field in attrs.fields(Ticket)}
+TEMPLATES = [plain_row(record) for record in tickets_in_every_status()]
 
 
 def queries(dialect: Dialect) -> HealthQueries:
-    return HealthQueries(MONITOR, SCHEMA, dialect, frozenset(SCHEMA.column_names))
+    return HealthQueries(TICKETS, SCHEMA, dialect, frozenset(SCHEMA.column_names))
 
 
-def test_every_monitor_rule_has_an_sql_form_in_both_dialects() -> None:
+def test_every_kind_of_rule_has_an_sql_form_in_both_dialects() -> None:
     for dialect in (SQLiteDialect(), PostgresDialect()):
         found = queries(dialect)
         assert found.python_only == (), found.reasons
@@ -78,13 +82,14 @@ def test_every_monitor_rule_has_an_sql_form_in_both_dialects() -> None:
 ODD_TEXT = [
     "", "5", "5.0", " 5", "1e3", "inf", "NaN", "-1", "99999999999999999999", "0x10",
     "a\x00b", "\x00", "é", "ab\n", "a b", "A" * 256, "A" * 257, "a" * 64, "f" * 64, "F" * 64,
-    "0" * 63, "0" * 65, "a" * 128, "a" * 129, "pending", "Pending", "pending\x00", "pending ",
-    "leased", "failed", "retry_wait", "succeeded", "watching", "published", "a.b", "_a", "A",
+    "0" * 63, "0" * 65, "a" * 128, "a" * 129, "queued", "Queued", "queued\x00", "queued ",
+    "running", "failed", "waiting", "done", "approved", "rejected", "bug", "Bug", "feature",
+    "a" * 65, "a.b", "_a", "A",
     "x:y-z.w_1", "[", "*", "?", "^", "]", "%", "'", "-", "1a", "a%b", "a*b", "a?b", "a[b",
     "a]b", "a^b", "ß", "\uff21", "a\x7f", "a/b", "a\\b",
 ]
 ODD_NUMBERS: list[Any] = [
-    0, 1, 2, 3, 20, 21, -1, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63), 0.0, -0.0, 0.5, 1.0,
+    0, 1, 2, 3, 20, 21, 100, 101, -1, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63), 0.0, -0.0, 0.5, 1.0,
     5.0, 20.0, 1e300, 1.7976931348623157e308, -1e-300, math.inf, -math.inf, math.nan,
     True, False,
 ]
@@ -94,7 +99,7 @@ TEMPLATE_VALUES = sorted(
 
 
 def mutated(base: dict[str, Any], changes: dict[str, Any], index: int) -> dict[str, Any]:
-    row = {**base, "event_id": f"e{index:03d}", "notification_id": f"n{index:03d}"}
+    row = {**base, "ticket_id": f"t{index:03d}"}
     row.update(changes)
     return row
 
@@ -125,18 +130,20 @@ SQLITE_VALUES = st.one_of(
 
 
 def postgres_values(kind: str) -> st.SearchStrategy[Any]:
-    """What a typed PostgreSQL column can hold: no NUL in text, 32-bit integers."""
+    """What a typed PostgreSQL column can hold: no NUL in text, 64-bit integers (the
+    generic schema's bigint)."""
     if kind == "text":
         text = [value for value in TEMPLATE_VALUES if isinstance(value, str)]
         return st.one_of(
             st.sampled_from(text), st.sampled_from([t for t in ODD_TEXT if "\x00" not in t]),
             st.none(), st.text(st.characters(blacklist_characters="\x00"), max_size=10),
         )
-    if kind == "integer":
+    if kind == "bigint":
         return st.one_of(
-            st.sampled_from([0, 1, 3, 20, 21, -1, 2**31 - 1, -(2**31)]), st.none(),
-            st.integers(-(2**31), 2**31 - 1),
+            st.sampled_from([0, 1, 3, 20, 21, 100, 101, -1, 2**63 - 1, -(2**63)]), st.none(),
+            st.integers(-(2**63), 2**63 - 1),
         )
+    assert kind == "real", kind
     return st.one_of(
         st.sampled_from([0.0, -0.0, 1.0, 999.0, 1000.0, 1e300, math.inf, -math.inf, math.nan]),
         st.none(), st.floats(),
@@ -179,7 +186,7 @@ def python_field_verdicts(values: dict[str, Any]) -> list[bool]:
 def python_read(values: dict[str, Any]) -> tuple[str, ...]:
     """The rules a store's read of the row names (none: it reads)."""
     try:
-        MONITOR.check(build_record(MonitorRecord, values, STATE_INVALID))
+        TICKETS.check(build_record(Ticket, values, STATE_INVALID))
     except InvariantViolation as error:
         return error.rules
     return ()
@@ -216,13 +223,13 @@ def agree(found: HealthQueries, run: Run, written: int) -> None:
                      if not ok}:
             breaking[name] = breaking.get(name, 0) + 1
         if all(fields):
-            record = build_record(MonitorRecord, values, STATE_INVALID)
+            record = build_record(Ticket, values, STATE_INVALID)
             for rule, in_sql in zip(INVARIANTS, sql_invariants, strict=True):
                 assert in_sql is not None, (rule.name, values)
                 assert bool(rule.holds(record)) == bool(in_sql), (rule.name, values)
                 if not in_sql:
                     breaking[rule.name] = breaking.get(rule.name, 0) + 1
-        reads.append((values["event_id"], python_read(values)))
+        reads.append((values["ticket_id"], python_read(values)))
 
     # The health statements, on this table.
     (aggregate,) = run(found.aggregate, (1000.0, 1000.0))
@@ -243,7 +250,7 @@ def agree(found: HealthQueries, run: Run, written: int) -> None:
     keys = [key for key, _ in reads]
     if all(type(key) is str for key in keys) and len(set(keys)) == len(keys):
         named_by = dict(reads)
-        ordered = [key for (key,) in run(f"SELECT event_id FROM {TABLE} ORDER BY event_id", ())]
+        ordered = [key for (key,) in run(f"SELECT ticket_id FROM {TABLE} ORDER BY ticket_id", ())]
         first = [key for key in ordered if named_by[key]][:BROKEN_ROWS_SHOWN]
         rules = dict.fromkeys(rule for key in first for rule in named_by[key])
         assert found._first_broken(run) == (tuple(first), tuple(rules))
@@ -252,11 +259,11 @@ def agree(found: HealthQueries, run: Run, written: int) -> None:
 # --- SQLite ---------------------------------------------------------------------------
 
 SQLITE_CORNERS = [
-    {"event_id": "a\x00b"}, {"site_id": b"site-1"}, {"poll_attempts": 5.0},
-    {"poll_attempts": "5"}, {"max_failures": True}, {"created_at": math.inf},
-    {"next_poll_at": "9e999"}, {"updated_at": math.nan}, {"failures": "99999999999999999999"},
-    {"notification_sha256": "A" * 64}, {"last_error_code": "a" * 129},
-    {"receiver_lease_expired": 1.0}, {"status": "pending\x00"}, {"lease_owner": "é"},
+    {"ticket_id": "a\x00b"}, {"queue": b"queue-1"}, {"attempts": 5.0},
+    {"attempts": "5"}, {"max_failures": True}, {"created_at": math.inf},
+    {"due_at": "9e999"}, {"updated_at": math.nan}, {"failures": "99999999999999999999"},
+    {"digest": "A" * 64}, {"error": "a" * 129}, {"flagged": 1.0}, {"status": "queued\x00"},
+    {"owner": "é"}, {"owner": "a" * 65}, {"kind": "bug\x00"}, {"score": True},
 ]
 
 
@@ -273,7 +280,7 @@ def sqlite_table(path: Path, typed: bool) -> sqlite3.Connection:
     return connection
 
 
-@pytest.mark.parametrize("typed", [True, False], ids=["reference-types", "untyped"])
+@pytest.mark.parametrize("typed", [True, False], ids=["schema-types", "untyped"])
 def test_sqlite_rules_agree_with_python_row_by_row(typed: bool) -> None:
     found = queries(SQLiteDialect())
     with tempfile.TemporaryDirectory() as folder:
@@ -283,7 +290,7 @@ def test_sqlite_rules_agree_with_python_row_by_row(typed: bool) -> None:
             return connection.execute(statement, params).fetchall()
 
         @given(rows_of(SQLITE_VALUES))
-        @example([mutated(TEMPLATES[index % 6], change, index)
+        @example([mutated(TEMPLATES[index % len(TEMPLATES)], change, index)
                   for index, change in enumerate(SQLITE_CORNERS)])
         def check(rows: list[dict[str, Any]]) -> None:
             connection.execute(f"DELETE FROM {TABLE}")
@@ -318,16 +325,16 @@ def test_sqlite_corner_values_are_judged_as_python_reads_them() -> None:
             return bool(result)
 
         # An integral float is an integer in an INTEGER column (affinity), not in an untyped one.
-        assert verdict(typed, "poll_attempts", 5.0) and not verdict(untyped, "poll_attempts", 5.0)
+        assert verdict(typed, "attempts", 5.0) and not verdict(untyped, "attempts", 5.0)
         # Numeric text becomes a number in a typed column; stays text in an untyped one.
-        assert verdict(typed, "poll_attempts", "5") and not verdict(untyped, "poll_attempts", "5")
-        assert verdict(typed, "next_poll_at", 1) and verdict(untyped, "next_poll_at", 1)
+        assert verdict(typed, "attempts", "5") and not verdict(untyped, "attempts", "5")
+        assert verdict(typed, "due_at", 1) and verdict(untyped, "due_at", 1)
         for connection in (typed, untyped):
-            assert not verdict(connection, "event_id", "a\x00b")  # SQLite's length stops at NUL
-            assert not verdict(connection, "event_id", b"evt-1")  # a blob is no str
+            assert not verdict(connection, "ticket_id", "a\x00b")  # SQLite's length stops at NUL
+            assert not verdict(connection, "ticket_id", b"tk-1")  # a blob is no str
             assert not verdict(connection, "created_at", math.inf)
             assert verdict(connection, "failures", True)  # stored as 1, read back as 1
-            assert not verdict(connection, "notification_sha256", "A" * 64)
+            assert not verdict(connection, "digest", "A" * 64)
         typed.close()
         untyped.close()
 
