@@ -18,7 +18,7 @@ import pytest
 from lifecycles.machines.outbox import OUTBOX
 from lifecycles.outbox.facade import OUTBOX_LAYOUT, CloseRequest
 from lifecycles.outbox.facade import new_record as new_outbox_record
-from lifecycles.stores.files import FilesStore, canonical_json
+from lifecycles.stores._files import FilesStore, canonical_json
 
 T0 = "2026-01-01T00:00:00+00:00"
 

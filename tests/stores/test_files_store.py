@@ -26,8 +26,8 @@ import pytest
 from support.files_layouts import PARCELS, PARCELS_LAYOUT, ParcelInputs, new_parcel
 from support.tasks import TASKS, TaskInputs, new_task
 
-from lifecycles.stores.base import StaleRecord
-from lifecycles.stores.files import (
+from lifecycles.stores._base import StaleRecord
+from lifecycles.stores._files import (
     FilesLayout,
     FilesStore,
     Listing,
@@ -293,7 +293,7 @@ HOLD_LOCK = """
 import sys
 sys.path.insert(0, sys.argv[2])
 from support.files_layouts import PARCELS, PARCELS_LAYOUT
-from lifecycles.stores.files import FilesStore
+from lifecycles.stores._files import FilesStore
 store = FilesStore(PARCELS, sys.argv[1], PARCELS_LAYOUT)
 with store.locked():
     print("held", flush=True)

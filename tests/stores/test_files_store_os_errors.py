@@ -46,9 +46,9 @@ from support.os_faults import (
 )
 from support.tasks import TASKS, TaskInputs, new_task
 
-from lifecycles.machines.declaration import LifecycleError
-from lifecycles.stores.base import StoreDamaged, StoreUnavailable
-from lifecycles.stores.files import (
+from lifecycles.machines._declaration import LifecycleError
+from lifecycles.stores._base import StoreDamaged, StoreUnavailable
+from lifecycles.stores._files import (
     FilesDamaged,
     FilesStore,
     FilesUnavailable,

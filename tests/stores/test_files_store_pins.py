@@ -1,6 +1,6 @@
 """Promises of the files store that a code-mutation study found unguarded (issue 26).
 
-Each test here fails against one mutation of stores/files/ that every other test let
+Each test here fails against one mutation of stores/_files/ that every other test let
 through: a stale write inside a transaction, a record file in another program's
 spelling, the clean-up of a write that failed half-way, the modes of what the store
 creates (checked as an unprivileged user too: the suite runs as root, where a mode
@@ -34,8 +34,8 @@ from support.files_layouts import (
 )
 from support.tasks import TASKS, TaskInputs, new_task
 
-from lifecycles.stores.base import StaleRecord
-from lifecycles.stores.files import FilesStore, UntrustedRecord, canonical_json
+from lifecycles.stores._base import StaleRecord
+from lifecycles.stores._files import FilesStore, UntrustedRecord, canonical_json
 
 T0 = 1000.0
 UNPRIVILEGED_USER = "nobody"

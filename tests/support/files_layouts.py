@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from lifecycles.invariants.core import (
+from lifecycles.invariants._core import (
     FieldRule,
     InvariantSet,
     finite_time,
@@ -30,9 +30,9 @@ from lifecycles.invariants.core import (
     non_negative_integer,
     one_of,
 )
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Changes, effect, guard
-from lifecycles.stores.files import FilesLayout
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Changes, effect, guard
+from lifecycles.stores._files import FilesLayout
 from support.tasks import TASKS
 
 CODE = "parcels."
