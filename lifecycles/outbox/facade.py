@@ -649,4 +649,5 @@ __all__ = [
     "OutboxUnsafePathError",
     "ReplayReport",
     "default_state_dir",
+    "new_record",
 ]

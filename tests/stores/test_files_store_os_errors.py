@@ -13,6 +13,12 @@ Then the same on real faults: a full tmpfs (ENOSPC), a read-only directory seen 
 unprivileged user (EACCES), a directory removed under an open store (never created
 again), and a directory replaced by a link or a file under an open store (refused on
 every call, as a store opened afterwards refuses it).
+
+All of it on lifecycles made for these tests: the parcels (tests/support/files_layouts.py)
+in a declared layout with a quarantine status, and the leased tasks
+(tests/support/tasks.py) in the default layout, for the lease queries and the claims.
+The outbox's own OS errors, as its callers see them, are in
+tests/outbox/test_outbox_os_errors.py.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.files_layouts import PARCELS, PARCELS_LAYOUT, ParcelInputs, new_parcel
 from support.os_faults import (
     fill,
     full_file_system,
@@ -37,12 +44,9 @@ from support.os_faults import (
     run_unprivileged,
     unprivileged_directory,
 )
+from support.tasks import TASKS, TaskInputs, new_task
 
 from lifecycles.machines._declaration import LifecycleError
-from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
-from lifecycles.machines.outbox import OUTBOX, OutboxInputs
-from lifecycles.outbox.facade import OUTBOX_LAYOUT, CloseRequest
-from lifecycles.outbox.facade import new_record as new_outbox_record
 from lifecycles.stores._base import StoreDamaged, StoreUnavailable
 from lifecycles.stores._files import (
     FilesDamaged,
@@ -52,7 +56,7 @@ from lifecycles.stores._files import (
     UnsafePath,
 )
 
-T0 = "2026-01-01T00:00:00+00:00"
+T0 = 1000.0
 UNAVAILABLE = "lifecycles.store_unavailable"
 DAMAGED = "lifecycles.store_damaged"
 # Every os function the store calls that can fail with an I/O error (os.close too:
@@ -61,47 +65,42 @@ OS_CALLS = ("open", "read", "write", "fsync", "replace", "unlink", "listdir", "s
             "fstat", "mkdir", "fchmod", "access", "dup")
 
 
-def outbox_record(name: str) -> Any:
-    return OUTBOX.create(new_outbox_record(CloseRequest(f"run-{name}", "tx", "complete",
-                                                        {"n": name}), T0))
+def parcel(name: str) -> Any:
+    return PARCELS.create(new_parcel(name))
 
 
-def monitor_record(i: int) -> Any:
-    return new_record(
-        event_id=f"e{i:03d}", notification_id=f"n{i}", site_id="site",
-        terminal_status="published", notification_sha256="b" * 64, max_failures=3,
-        now=100.0 - i,
-    )
+def task(i: int) -> Any:
+    return TASKS.create(new_task(f"t{i:03d}", now=100.0 - i))
 
 
-def claim_inputs(now: float, token: str) -> MonitorInputs:
-    return MonitorInputs(now=now, worker_id="w-" + token, lease_token=token, lease_seconds=30.0)
+def claim_inputs(now: float, token: str) -> TaskInputs:
+    return TaskInputs(now=now, worker_id="w-" + token, lease_token=token, lease_seconds=30.0)
 
 
-def outbox_store(root: Path) -> FilesStore[Any]:
-    return FilesStore(OUTBOX, root, OUTBOX_LAYOUT)
+def parcel_store(root: Path) -> FilesStore[Any]:
+    return FilesStore(PARCELS, root, PARCELS_LAYOUT)
 
 
-def prepare_outbox(root: Path) -> dict[str, Any]:
+def prepare_parcels(root: Path) -> dict[str, Any]:
     """Two pending records (one attempted), one delivered, one quarantined, and the
     tail of an interrupted move: a pending copy shadowed by its delivered record."""
-    store = outbox_store(root)
-    pending = store.insert(outbox_record("pending"))
-    attempted = store.fire(store.insert(outbox_record("attempted")), "attempt", OutboxInputs(T0))
-    moved = store.fire(store.insert(outbox_record("moved")), "attempt", OutboxInputs(T0))
-    tail = (root / "pending" / f"{moved.entry_id}.json").read_bytes()
-    store.fire(moved, "deliver", OutboxInputs(T0))
-    (root / "pending" / f"{moved.entry_id}.json").write_bytes(tail)
-    os.chmod(root / "pending" / f"{moved.entry_id}.json", 0o600)
-    store.fire(store.insert(outbox_record("quarantined")), "quarantine",
-               OutboxInputs(T0, reason="set aside for the test"))
+    store = parcel_store(root)
+    pending = store.insert(parcel("pending"))
+    attempted = store.fire(store.insert(parcel("attempted")), "attempt", ParcelInputs(T0))
+    moved = store.fire(store.insert(parcel("moved")), "attempt", ParcelInputs(T0))
+    tail = (root / "pending" / f"{moved.parcel_id}.json").read_bytes()
+    store.fire(moved, "deliver", ParcelInputs(T0))
+    (root / "pending" / f"{moved.parcel_id}.json").write_bytes(tail)
+    os.chmod(root / "pending" / f"{moved.parcel_id}.json", 0o600)
+    store.fire(store.insert(parcel("quarantined")), "quarantine",
+               ParcelInputs(T0, reason="set aside for the test"))
     return {"pending": pending, "attempted": attempted, "moved": moved}
 
 
-def prepare_monitor(root: Path) -> dict[str, Any]:
-    store = FilesStore(MONITOR, root)
+def prepare_tasks(root: Path) -> dict[str, Any]:
+    store = FilesStore(TASKS, root)
     for i in range(3):
-        store.insert(monitor_record(i))
+        store.insert(task(i))
     leased = store.claim(claim_inputs(100.0, "t0"))
     return {"leased": leased}
 
@@ -110,73 +109,73 @@ def prepare_monitor(root: Path) -> dict[str, Any]:
 class Call:
     """One public entry point, run on a prepared store."""
 
-    lifecycle: str  # "outbox" or "monitor"
+    lifecycle: str  # "parcels" or "tasks"
     run: Callable[[Path, dict[str, Any]], Any]
     writes: bool
 
 
 def opened(root: Path, lifecycle: str) -> FilesStore[Any]:
-    return outbox_store(root) if lifecycle == "outbox" else FilesStore(MONITOR, root)
+    return parcel_store(root) if lifecycle == "parcels" else FilesStore(TASKS, root)
 
 
 def _transaction(root: Path, records: dict[str, Any]) -> None:
-    store = outbox_store(root)
+    store = parcel_store(root)
     with store.transaction():
-        store.fire(records["pending"], "attempt", OutboxInputs(T0))
-        store.fire(records["attempted"], "deliver", OutboxInputs(T0))
+        store.fire(records["pending"], "attempt", ParcelInputs(T0))
+        store.fire(records["attempted"], "deliver", ParcelInputs(T0))
 
 
 CALLS: dict[str, Call] = {
-    "constructor": Call("outbox", lambda root, r: outbox_store(root), writes=False),
+    "constructor": Call("parcels", lambda root, r: parcel_store(root), writes=False),
     "constructor of a new store": Call(
-        "outbox", lambda root, r: outbox_store(root.parent / "new" / "close-outbox"), True),
+        "parcels", lambda root, r: parcel_store(root.parent / "new" / "parcels"), True),
     "reading constructor": Call(
-        "outbox", lambda root, r: FilesStore(OUTBOX, root, OUTBOX_LAYOUT, create=False), False),
-    "get": Call("outbox", lambda root, r: outbox_store(root).get(r["pending"].entry_id), False),
-    "get of an absent key": Call("outbox", lambda root, r: outbox_store(root).get("absent"),
+        "parcels", lambda root, r: FilesStore(PARCELS, root, PARCELS_LAYOUT, create=False), False),
+    "get": Call("parcels", lambda root, r: parcel_store(root).get(r["pending"].parcel_id), False),
+    "get of an absent key": Call("parcels", lambda root, r: parcel_store(root).get("absent"),
                                  False),
-    "insert": Call("outbox", lambda root, r: outbox_store(root).insert(outbox_record("new")),
+    "insert": Call("parcels", lambda root, r: parcel_store(root).insert(parcel("new")),
                    True),
-    "write": Call("outbox", lambda root, r: outbox_store(root).write(
-        r["pending"], OUTBOX.apply_row(OUTBOX.select_row("attempt", r["pending"],
-                                                        OutboxInputs(T0)),
-                                       r["pending"], OutboxInputs(T0)),
-        OUTBOX.select_row("attempt", r["pending"], OutboxInputs(T0))), True),
-    "fire (a move)": Call("outbox", lambda root, r: outbox_store(root).fire(
-        r["attempted"], "deliver", OutboxInputs(T0)), True),
-    "fire (into quarantine)": Call("outbox", lambda root, r: outbox_store(root).fire(
-        r["pending"], "quarantine", OutboxInputs(T0, reason="because")), True),
-    "transaction": Call("outbox", _transaction, True),
-    "read_named": Call("outbox", lambda root, r: outbox_store(root).read_named(
-        "pending", f"{r['pending'].entry_id}.json"), False),
-    "discard_shadowed": Call("outbox", lambda root, r: outbox_store(root).discard_shadowed(
+    "write": Call("parcels", lambda root, r: parcel_store(root).write(
+        r["pending"], PARCELS.apply_row(PARCELS.select_row("attempt", r["pending"],
+                                                        ParcelInputs(T0)),
+                                       r["pending"], ParcelInputs(T0)),
+        PARCELS.select_row("attempt", r["pending"], ParcelInputs(T0))), True),
+    "fire (a move)": Call("parcels", lambda root, r: parcel_store(root).fire(
+        r["attempted"], "deliver", ParcelInputs(T0)), True),
+    "fire (into quarantine)": Call("parcels", lambda root, r: parcel_store(root).fire(
+        r["pending"], "quarantine", ParcelInputs(T0, reason="because")), True),
+    "transaction": Call("parcels", _transaction, True),
+    "read_named": Call("parcels", lambda root, r: parcel_store(root).read_named(
+        "pending", f"{r['pending'].parcel_id}.json"), False),
+    "discard_shadowed": Call("parcels", lambda root, r: parcel_store(root).discard_shadowed(
         r["moved"], "pending"), True),
-    "first_names": Call("outbox", lambda root, r: outbox_store(root).first_names("pending", 1),
+    "first_names": Call("parcels", lambda root, r: parcel_store(root).first_names("pending", 1),
                         False),
-    "names": Call("outbox", lambda root, r: outbox_store(root).names("quarantined"), False),
-    "count": Call("outbox", lambda root, r: outbox_store(root).count("pending"), False),
-    "sweep": Call("outbox", lambda root, r: outbox_store(root).sweep("delivered"), False),
-    "has_quarantined": Call("outbox", lambda root, r: outbox_store(root).has_quarantined(
-        r["pending"].entry_id), False),
-    "quarantine_material": Call("outbox", lambda root, r: outbox_store(root).quarantine_material(
-        "pending", f"{r['pending'].entry_id}.json", "set aside"), True),
-    "quarantine_entries": Call("outbox", lambda root, r: outbox_store(root).quarantine_entries(),
+    "names": Call("parcels", lambda root, r: parcel_store(root).names("quarantined"), False),
+    "count": Call("parcels", lambda root, r: parcel_store(root).count("pending"), False),
+    "sweep": Call("parcels", lambda root, r: parcel_store(root).sweep("delivered"), False),
+    "has_quarantined": Call("parcels", lambda root, r: parcel_store(root).has_quarantined(
+        r["pending"].parcel_id), False),
+    "quarantine_material": Call("parcels", lambda root, r: parcel_store(root).quarantine_material(
+        "pending", f"{r['pending'].parcel_id}.json", "set aside"), True),
+    "quarantine_entries": Call("parcels", lambda root, r: parcel_store(root).quarantine_entries(),
                                False),
-    "count_by_status": Call("outbox", lambda root, r: outbox_store(root).count_by_status(),
+    "count_by_status": Call("parcels", lambda root, r: parcel_store(root).count_by_status(),
                             False),
-    "scan": Call("outbox", lambda root, r: list(outbox_store(root).scan()), False),
-    "due": Call("monitor", lambda root, r: FilesStore(MONITOR, root).due(100.0, 5), False),
-    "next_due": Call("monitor", lambda root, r: FilesStore(MONITOR, root).next_due(100.0),
+    "scan": Call("parcels", lambda root, r: list(parcel_store(root).scan()), False),
+    "due": Call("tasks", lambda root, r: FilesStore(TASKS, root).due(100.0, 5), False),
+    "next_due": Call("tasks", lambda root, r: FilesStore(TASKS, root).next_due(100.0),
                      False),
-    "expired_leases": Call("monitor", lambda root, r: FilesStore(MONITOR, root).expired_leases(
+    "expired_leases": Call("tasks", lambda root, r: FilesStore(TASKS, root).expired_leases(
         1000.0), False),
-    "count_due": Call("monitor", lambda root, r: FilesStore(MONITOR, root).count_due(100.0),
+    "count_due": Call("tasks", lambda root, r: FilesStore(TASKS, root).count_due(100.0),
                       False),
-    "count_expired": Call("monitor", lambda root, r: FilesStore(MONITOR, root).count_expired(
+    "count_expired": Call("tasks", lambda root, r: FilesStore(TASKS, root).count_expired(
         1000.0), False),
-    "claim": Call("monitor", lambda root, r: FilesStore(MONITOR, root).claim(
+    "claim": Call("tasks", lambda root, r: FilesStore(TASKS, root).claim(
         claim_inputs(1000.0, "t9")), True),
-    "claim_many": Call("monitor", lambda root, r: FilesStore(MONITOR, root).claim_many(
+    "claim_many": Call("tasks", lambda root, r: FilesStore(TASKS, root).claim_many(
         lambda n: claim_inputs(1000.0, f"t{n + 10}"), 2), True),
 }
 # os.makedirs probes each parent with os.path.exists, which answers False when its
@@ -250,15 +249,15 @@ def records_of(root: Path, lifecycle: str) -> dict[str, Any]:
 
 
 def lifecycle_key(record: Any, lifecycle: str) -> str:
-    return str(record.entry_id if lifecycle == "outbox" else record.event_id)
+    return str(record.parcel_id if lifecycle == "parcels" else record.task_id)
 
 
 @pytest.fixture(scope="module")
 def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
     base = tmp_path_factory.mktemp("templates")
-    outbox_root, monitor_root = base / "outbox" / "close-outbox", base / "monitor" / "store"
-    return {"outbox": (outbox_root, prepare_outbox(outbox_root)),
-            "monitor": (monitor_root, prepare_monitor(monitor_root))}
+    parcels_root, tasks_root = base / "parcels" / "parcels", base / "tasks" / "store"
+    return {"parcels": (parcels_root, prepare_parcels(parcels_root)),
+            "tasks": (tasks_root, prepare_tasks(tasks_root))}
 
 
 def copy_of(template: Path, where: Path) -> Path:
@@ -346,9 +345,9 @@ def test_each_failing_os_call_leaves_as_a_store_error_and_loses_nothing(
 def test_a_file_system_reporting_damage_is_store_damaged(tmp_path: Path) -> None:
     """`EUCLEAN` (ext4's and XFS's "structure needs cleaning") is damage, not a device
     that is busy: `FilesDamaged`, a `StoreDamaged`, an `OSError` with that errno."""
-    root = tmp_path / "close-outbox"
-    store = outbox_store(root)
-    store.insert(outbox_record("one"))
+    root = tmp_path / "parcels"
+    store = parcel_store(root)
+    store.insert(parcel("one"))
     before = files_under(root)
     with injected_errno("listdir", errno.EUCLEAN), pytest.raises(FilesDamaged) as raised:
         store.count("pending")
@@ -360,7 +359,7 @@ def test_a_file_system_reporting_damage_is_store_damaged(tmp_path: Path) -> None
 
 
 def test_driver_error_says_what_an_os_error_means(tmp_path: Path) -> None:
-    store = outbox_store(tmp_path / "close-outbox")
+    store = parcel_store(tmp_path / "parcels")
     unavailable = store.driver_error(OSError(errno.ENOSPC, "No space left on device"))
     assert isinstance(unavailable, FilesUnavailable) and unavailable.errno == errno.ENOSPC
     assert isinstance(store.driver_error(OSError(errno.EBADMSG, "Bad message")), FilesDamaged)
@@ -372,22 +371,22 @@ def test_driver_error_says_what_an_os_error_means(tmp_path: Path) -> None:
 
 def test_a_full_file_system_is_unavailable_and_nothing_is_half_written(tmp_path: Path) -> None:
     with full_file_system(tmp_path / "fs") as mounted:
-        root = mounted / "close-outbox"
-        store = outbox_store(root)
-        stored = store.insert(outbox_record("stored"))
+        root = mounted / "parcels"
+        store = parcel_store(root)
+        stored = store.insert(parcel("stored"))
         filler = fill(mounted)
         before = files_under(root)
         with pytest.raises(FilesUnavailable) as raised:
-            store.insert(outbox_record("refused"))
+            store.insert(parcel("refused"))
         assert (raised.value.code, raised.value.errno) == (UNAVAILABLE, errno.ENOSPC)
         with pytest.raises(FilesUnavailable) as raised:
-            store.fire(stored, "attempt", OutboxInputs(T0))
+            store.fire(stored, "attempt", ParcelInputs(T0))
         assert raised.value.errno == errno.ENOSPC
         assert files_under(root) == before  # no temporary file, nothing renamed
-        assert store.count("pending") == 1 and store.get(stored.entry_id) == stored  # reads work
+        assert store.count("pending") == 1 and store.get(stored.parcel_id) == stored  # reads work
         filler.unlink()  # the fault ends: the store goes on
-        refused = store.insert(outbox_record("refused"))
-        assert store.get(refused.entry_id) == refused and store.count("pending") == 2
+        refused = store.insert(parcel("refused"))
+        assert store.get(refused.parcel_id) == refused and store.count("pending") == 2
 
 
 def test_a_full_file_system_refuses_a_new_store_and_a_later_one_opens(tmp_path: Path) -> None:
@@ -399,28 +398,28 @@ def test_a_full_file_system_refuses_a_new_store_and_a_later_one_opens(tmp_path: 
                 fillers.append(mounted / f"f{len(fillers)}")
                 fillers[-1].touch()
         with pytest.raises(FilesUnavailable) as raised:
-            outbox_store(mounted / "state" / "close-outbox")
+            parcel_store(mounted / "state" / "parcels")
         assert (raised.value.code, raised.value.errno) == (UNAVAILABLE, errno.ENOSPC)
         for filler in fillers:
             with contextlib.suppress(FileNotFoundError):
                 filler.unlink()
-        store = outbox_store(mounted / "state" / "close-outbox")
+        store = parcel_store(mounted / "state" / "parcels")
         assert store.count_by_status() == {"pending": 0, "delivered": 0, "quarantined": 0}
 
 
 def _read_only_outcomes(base: str) -> dict[str, Any]:
     """As an unprivileged user: what each call does on a store whose directories it may
     not write (and on a new store under a directory it may not write)."""
-    root = Path(base) / "close-outbox"
-    store = outbox_store(root)
-    stored = store.insert(outbox_record("stored"))
+    root = Path(base) / "parcels"
+    store = parcel_store(root)
+    stored = store.insert(parcel("stored"))
     outcomes: dict[str, Any] = {}
     os.chmod(root / "pending", 0o500)
     os.chmod(Path(base), 0o500)
     calls: dict[str, Callable[[], Any]] = {
-        "insert": lambda: store.insert(outbox_record("refused")),
-        "fire": lambda: store.fire(stored, "attempt", OutboxInputs(T0)),
-        "new store": lambda: outbox_store(Path(base) / "other" / "close-outbox"),
+        "insert": lambda: store.insert(parcel("refused")),
+        "fire": lambda: store.fire(stored, "attempt", ParcelInputs(T0)),
+        "new store": lambda: parcel_store(Path(base) / "other" / "parcels"),
         "count": lambda: store.count("pending"),
     }
     for name, run in calls.items():
@@ -439,7 +438,7 @@ def _read_only_outcomes(base: str) -> dict[str, Any]:
     os.chmod(root / "pending", 0o700)
     os.chmod(Path(base), 0o700)
     outcomes["files"] = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
-    outcomes["stored unchanged"] = store.get(stored.entry_id) == stored
+    outcomes["stored unchanged"] = store.get(stored.parcel_id) == stored
     return outcomes
 
 
@@ -456,7 +455,7 @@ def test_a_directory_an_unprivileged_user_may_not_write_is_unavailable() -> None
     assert outcomes["count"] == ["returned", "1"]  # reading a read-only directory works
     assert outcomes["count of an unreadable directory"] == refused
     assert outcomes["stored unchanged"] is True
-    stored = outbox_record("stored").entry_id
+    stored = parcel("stored").parcel_id
     assert outcomes["files"] == [".lock", "delivered", "pending", f"pending/{stored}.json",
                                  "quarantine"]
 
@@ -465,15 +464,15 @@ def test_a_directory_an_unprivileged_user_may_not_write_is_unavailable() -> None
 def test_a_directory_removed_under_an_open_store_fails_every_call_and_is_not_recreated(
     tmp_path: Path, removed: str
 ) -> None:
-    root = tmp_path / "state" / "close-outbox"
-    store = outbox_store(root)
-    stored = store.insert(outbox_record("stored"))
+    root = tmp_path / "state" / "parcels"
+    store = parcel_store(root)
+    stored = store.insert(parcel("stored"))
     gone = root if removed == "root" else root / removed
     shutil.rmtree(gone)
     before = files_under(tmp_path)
     for name, run in {
-        "get": lambda: store.get(stored.entry_id),
-        "insert": lambda: store.insert(outbox_record("new")),
+        "get": lambda: store.get(stored.parcel_id),
+        "insert": lambda: store.insert(parcel("new")),
         "count": lambda: store.count("pending"),
         "count_by_status": store.count_by_status,
         "quarantine_entries": store.quarantine_entries,
@@ -485,11 +484,11 @@ def test_a_directory_removed_under_an_open_store_fails_every_call_and_is_not_rec
         assert files_under(tmp_path) == before, f"{name} created something"
     reader = None
     with contextlib.suppress(StoreMissing):
-        reader = FilesStore(OUTBOX, root, OUTBOX_LAYOUT, create=False)
+        reader = FilesStore(PARCELS, root, PARCELS_LAYOUT, create=False)
     assert reader is None  # a reading store finds it missing, as ever
     # Opening the store again is what creates the layout (empty where it was removed).
     still_pending = 0 if removed in ("root", "pending") else 1
-    assert outbox_store(root).count("pending") == still_pending
+    assert parcel_store(root).count("pending") == still_pending
 
 
 @pytest.mark.parametrize("changed", ["pending", "delivered", "quarantine"])
@@ -500,9 +499,9 @@ def test_a_directory_changed_under_an_open_store_is_refused_on_every_call(
     """A store opened before `delivered/` became a link (or `quarantine/` a file)
     refuses every call, as one opened afterwards does, whichever directory the call
     would have touched; nothing is written through the link."""
-    root = tmp_path / "close-outbox"
-    store = outbox_store(root)
-    stored = store.insert(outbox_record("stored"))
+    root = tmp_path / "parcels"
+    store = parcel_store(root)
+    stored = store.insert(parcel("stored"))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     path = root / changed
@@ -513,12 +512,12 @@ def test_a_directory_changed_under_an_open_store_is_refused_on_every_call(
         path.write_bytes(b"")
     before = files_under(tmp_path)
     calls: dict[str, Callable[[], Any]] = {
-        "get": lambda: store.get(stored.entry_id),
-        "insert": lambda: store.insert(outbox_record("new")),
+        "get": lambda: store.get(stored.parcel_id),
+        "insert": lambda: store.insert(parcel("new")),
         "count": lambda: store.count("pending"),
         "names": lambda: store.names("pending"),
         "first_names": lambda: store.first_names("pending", 1),
-        "read_named": lambda: store.read_named("pending", f"{stored.entry_id}.json"),
+        "read_named": lambda: store.read_named("pending", f"{stored.parcel_id}.json"),
         "has_quarantined": lambda: store.has_quarantined("absent"),
         "count_by_status": store.count_by_status,
         "scan": lambda: list(store.scan()),
@@ -529,7 +528,7 @@ def test_a_directory_changed_under_an_open_store_is_refused_on_every_call(
             run()
         assert files_under(tmp_path) == before, name
     with pytest.raises(UnsafePath):
-        outbox_store(root)
+        parcel_store(root)
     assert os.listdir(elsewhere) == []
 
 

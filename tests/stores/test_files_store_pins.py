@@ -5,6 +5,10 @@ through: a stale write inside a transaction, a record file in another program's
 spelling, the clean-up of a write that failed half-way, the modes of what the store
 creates (checked as an unprivileged user too: the suite runs as root, where a mode
 that locks the owner out never shows), and a dangling link shadowing a copy.
+
+All of it on lifecycles made for these tests: the leased tasks (tests/support/tasks.py) in
+the default layout, or with running/ searched first (tests/support/files_layouts.py), and
+the parcels in a declared layout with a quarantine status (the same module).
 """
 
 from __future__ import annotations
@@ -21,32 +25,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.files_layouts import (
+    PARCELS,
+    PARCELS_LAYOUT,
+    TASKS_RUNNING_FIRST,
+    ParcelInputs,
+    new_parcel,
+)
+from support.tasks import TASKS, TaskInputs, new_task
 
-from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
-from lifecycles.machines.outbox import OUTBOX, OutboxInputs
-from lifecycles.outbox.facade import OUTBOX_LAYOUT, CloseRequest
-from lifecycles.outbox.facade import new_record as new_outbox_record
 from lifecycles.stores._base import StaleRecord
 from lifecycles.stores._files import FilesStore, UntrustedRecord, canonical_json
 
-T0 = "2026-01-01T00:00:00+00:00"
+T0 = 1000.0
 UNPRIVILEGED_USER = "nobody"
 
 
-def monitor_record(i: int, now: float = 100.0) -> Any:
-    return new_record(
-        event_id=f"e{i:03d}", notification_id=f"n{i}", site_id="site", terminal_status="published",
-        notification_sha256="b" * 64, max_failures=3, now=now,
-    )
+def task(i: int, now: float = 100.0) -> Any:
+    return TASKS.create(new_task(f"t{i:03d}", now=now))
 
 
-def outbox_record(i: int) -> Any:
-    request = CloseRequest(f"run-{i}", "tx", "complete", {"i": i})
-    return OUTBOX.create(new_outbox_record(request, T0))
+def parcel(i: int) -> Any:
+    return PARCELS.create(new_parcel(f"p{i:03d}"))
 
 
-def claim_inputs(now: float, token: str) -> MonitorInputs:
-    return MonitorInputs(now=now, worker_id=f"w-{token}", lease_token=token, lease_seconds=30.0)
+def claim_inputs(now: float, token: str) -> TaskInputs:
+    return TaskInputs(now=now, worker_id=f"w-{token}", lease_token=token, lease_seconds=30.0)
 
 
 def tree(root: Path) -> dict[str, bytes | None]:
@@ -60,51 +64,51 @@ def mode(path: Path) -> int:
 
 
 @pytest.fixture
-def monitor_store(tmp_path: Path) -> FilesStore[Any]:
-    return FilesStore(MONITOR, tmp_path / "monitor")
+def task_store(tmp_path: Path) -> FilesStore[Any]:
+    return FilesStore(TASKS, tmp_path / "tasks")
 
 
 @pytest.fixture
-def outbox_store(tmp_path: Path) -> FilesStore[Any]:
-    return FilesStore(OUTBOX, tmp_path / "close-outbox", OUTBOX_LAYOUT)
+def parcel_store(tmp_path: Path) -> FilesStore[Any]:
+    return FilesStore(PARCELS, tmp_path / "parcels", PARCELS_LAYOUT)
 
 
 # --- one transaction, two writes from the same read ------------------------------------
 
 
 def test_a_second_claim_from_the_same_read_inside_a_transaction_is_stale(
-    monitor_store: FilesStore[Any],
+    task_store: FilesStore[Any],
 ) -> None:
     """The file still holds the record both claims read, but the transaction staged the
     first claim over it: the second is based on an out-of-date copy and must not win."""
-    record = monitor_store.insert(monitor_record(1))
-    with monitor_store.transaction():
-        first = monitor_store.fire(record, "claim", claim_inputs(200.0, "t1"))
+    record = task_store.insert(task(1))
+    with task_store.transaction():
+        first = task_store.fire(record, "claim", claim_inputs(200.0, "t1"))
         with pytest.raises(StaleRecord):
-            monitor_store.fire(record, "claim", claim_inputs(200.0, "t2"))
-        assert monitor_store.get(record.event_id) == first
-    stored = monitor_store.get(record.event_id)
+            task_store.fire(record, "claim", claim_inputs(200.0, "t2"))
+        assert task_store.get(record.task_id) == first
+    stored = task_store.get(record.task_id)
     assert stored is not None
-    assert (stored.lease_owner, stored.lease_token) == ("w-t1", "t1")
-    assert tree(monitor_store.root / "leased") == {
-        "e001.json": canonical_json(monitor_store.values_of(first)) + b"\n"}
-    assert os.listdir(monitor_store.root / "pending") == []
+    assert (stored.worker_id, stored.lease_token) == ("w-t1", "t1")
+    assert tree(task_store.root / "running") == {
+        "t001.json": canonical_json(task_store.values_of(first)) + b"\n"}
+    assert os.listdir(task_store.root / "queued") == []
 
 
 def test_a_second_attempt_from_the_same_read_inside_a_transaction_is_stale(
-    outbox_store: FilesStore[Any],
+    parcel_store: FilesStore[Any],
 ) -> None:
     """The same within one directory: the staged write is not overwritten by a write
     that compares with the file on disk."""
-    record = outbox_store.insert(outbox_record(1))
-    path = outbox_store.root / "pending" / f"{record.entry_id}.json"
-    with outbox_store.transaction():
-        attempted = outbox_store.fire(record, "attempt", OutboxInputs(T0))
+    record = parcel_store.insert(parcel(1))
+    path = parcel_store.root / "pending" / f"{record.parcel_id}.json"
+    with parcel_store.transaction():
+        attempted = parcel_store.fire(record, "attempt", ParcelInputs(T0))
         with pytest.raises(StaleRecord):
-            outbox_store.fire(record, "attempt", OutboxInputs("2026-01-01T00:00:01+00:00"))
-    assert outbox_store.get(record.entry_id) == attempted
+            parcel_store.fire(record, "attempt", ParcelInputs(T0 + 1))
+    assert parcel_store.get(record.parcel_id) == attempted
     assert attempted.attempts == 1 and attempted.last_attempt_at == T0
-    assert path.read_bytes() == canonical_json(outbox_store.values_of(attempted)) + b"\n"
+    assert path.read_bytes() == canonical_json(parcel_store.values_of(attempted)) + b"\n"
 
 
 # --- a record file in another spelling ---------------------------------------------------
@@ -117,56 +121,64 @@ def another_programs_spelling(values: dict[str, Any]) -> bytes:
 
 
 def test_a_record_file_in_another_spelling_is_compared_by_value_and_rewritten_canonically(
-    outbox_store: FilesStore[Any],
+    parcel_store: FilesStore[Any],
 ) -> None:
     """Byte equality is only a shortcut (``_unchanged_on_disk``): bytes that differ are
     read and compared as a record, so a file another program wrote is no stale record."""
-    record = outbox_store.insert(outbox_record(1))
-    path = outbox_store.root / "pending" / f"{record.entry_id}.json"
-    path.write_bytes(another_programs_spelling(outbox_store.values_of(record)))
-    assert path.read_bytes() != canonical_json(outbox_store.values_of(record)) + b"\n"
-    assert outbox_store.get(record.entry_id) == record
-    attempted = outbox_store.fire(record, "attempt", OutboxInputs(T0))
-    assert path.read_bytes() == canonical_json(outbox_store.values_of(attempted)) + b"\n"
-    assert outbox_store.get(record.entry_id) == attempted
+    record = parcel_store.insert(parcel(1))
+    path = parcel_store.root / "pending" / f"{record.parcel_id}.json"
+    path.write_bytes(another_programs_spelling(parcel_store.values_of(record)))
+    assert path.read_bytes() != canonical_json(parcel_store.values_of(record)) + b"\n"
+    assert parcel_store.get(record.parcel_id) == record
+    attempted = parcel_store.fire(record, "attempt", ParcelInputs(T0))
+    assert path.read_bytes() == canonical_json(parcel_store.values_of(attempted)) + b"\n"
+    assert parcel_store.get(record.parcel_id) == attempted
 
 
 @pytest.mark.parametrize("spelling", ["canonical", "another program's"])
 def test_a_record_file_that_changed_is_stale_whatever_its_spelling(
-    outbox_store: FilesStore[Any], spelling: str
+    parcel_store: FilesStore[Any], spelling: str
 ) -> None:
     """The file holds another valid record (someone attempted it meanwhile): the write
     based on the old one is refused and the file is left exactly as it is."""
-    record = outbox_store.insert(outbox_record(1))
-    changed = outbox_store.values_of(OUTBOX.fire("attempt", record, OutboxInputs(T0)))
-    path = outbox_store.root / "pending" / f"{record.entry_id}.json"
+    record = parcel_store.insert(parcel(1))
+    changed = parcel_store.values_of(PARCELS.fire("attempt", record, ParcelInputs(T0)))
+    path = parcel_store.root / "pending" / f"{record.parcel_id}.json"
     path.write_bytes(canonical_json(changed) + b"\n" if spelling == "canonical"
                      else another_programs_spelling(changed))
-    before = tree(outbox_store.root)
+    before = tree(parcel_store.root)
     with pytest.raises(StaleRecord):
-        outbox_store.fire(record, "attempt", OutboxInputs("2026-01-01T00:00:01+00:00"))
-    assert tree(outbox_store.root) == before
+        parcel_store.fire(record, "attempt", ParcelInputs(T0 + 1))
+    assert tree(parcel_store.root) == before
 
 
 # --- the clean-up of a write that failed half-way ----------------------------------------
 
 
+@pytest.fixture
+def running_first_store(tmp_path: Path) -> FilesStore[Any]:
+    """Tasks with running/ searched before queued/: a queued copy is the shadowed one."""
+    return FilesStore(TASKS, tmp_path / "tasks", TASKS_RUNNING_FIRST)
+
+
 def test_a_failed_move_keeps_a_destination_name_it_did_not_create(
-    monitor_store: FilesStore[Any], monkeypatch: pytest.MonkeyPatch
+    running_first_store: FilesStore[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A claim from retry_wait was interrupted before it unlinked its source, so
-    retry_wait/ still names the record. The next move back into retry_wait renames over
-    that name, then its directory sync fails: the clean-up removes only names the write
-    created (package docstring: "a new file whose directory cannot be synced is removed
-    again"), so the name stays; the record is still the leased one."""
-    record = monitor_store.insert(monitor_record(1))
-    held = monitor_store.fire(record, "claim", claim_inputs(100.0, "t1"))
-    waiting = monitor_store.fire(held, "fail_attempt", MonitorInputs(
-        now=101.0, worker_id="w-t1", lease_token="t1", error_code="cms.timeout", retryable=True))
-    leased = monitor_store.fire(waiting, "claim", claim_inputs(200.0, "t2"))
-    left_by_the_move = monitor_store.root / "retry_wait" / "e001.json"
-    left_by_the_move.write_bytes(canonical_json(monitor_store.values_of(waiting)) + b"\n")
-    leased_bytes = (monitor_store.root / "leased" / "e001.json").read_bytes()
+    """A claim from queued was interrupted before it unlinked its source, so queued/
+    still names the record (shadowed: running/ is searched first). The next move back
+    into queued renames over that name, then its directory sync fails: the clean-up
+    removes only names the write created (package docstring: "a new file whose directory
+    cannot be synced is removed again"), so the name stays; the record is still the
+    running one."""
+    store = running_first_store
+    record = store.insert(task(1))
+    held = store.fire(record, "claim", claim_inputs(100.0, "t1"))
+    waiting = store.fire(held, "fail", TaskInputs(
+        now=101.0, worker_id="w-t1", lease_token="t1", error="timeout", retryable=True))
+    leased = store.fire(waiting, "claim", claim_inputs(200.0, "t2"))
+    left_by_the_move = store.root / "queued" / "t001.json"
+    left_by_the_move.write_bytes(canonical_json(store.values_of(waiting)) + b"\n")
+    leased_bytes = (store.root / "running" / "t001.json").read_bytes()
     real_fsync = os.fsync
 
     def failing_directory_sync(fd: int) -> None:
@@ -176,13 +188,12 @@ def test_a_failed_move_keeps_a_destination_name_it_did_not_create(
 
     monkeypatch.setattr(os, "fsync", failing_directory_sync)
     with pytest.raises(OSError):
-        monitor_store.fire(leased, "fail_attempt", MonitorInputs(
-            now=201.0, worker_id="w-t2", lease_token="t2", error_code="cms.timeout",
-            retryable=True))
+        store.fire(leased, "fail", TaskInputs(
+            now=201.0, worker_id="w-t2", lease_token="t2", error="timeout", retryable=True))
     monkeypatch.setattr(os, "fsync", real_fsync)
     assert left_by_the_move.is_file(), "the clean-up removed a name the write did not create"
-    assert (monitor_store.root / "leased" / "e001.json").read_bytes() == leased_bytes
-    assert monitor_store.get("e001") == leased
+    assert (store.root / "running" / "t001.json").read_bytes() == leased_bytes
+    assert store.get("t001") == leased
 
 
 # --- modes ------------------------------------------------------------------------------
@@ -194,10 +205,10 @@ def modes_under(base: Path) -> dict[str, int]:
 
 def use_a_store(root: Path) -> FilesStore[Any]:
     """Open a store at ``root`` and make it write each kind of file it writes."""
-    store = FilesStore(OUTBOX, root, OUTBOX_LAYOUT)
-    record = store.insert(outbox_record(1))
-    store.fire(record, "quarantine", OutboxInputs(T0, reason="testing modes"))
-    store.insert(outbox_record(2))
+    store = FilesStore(PARCELS, root, PARCELS_LAYOUT)
+    record = store.insert(parcel(1))
+    store.fire(record, "quarantine", ParcelInputs(T0, reason="testing modes"))
+    store.insert(parcel(2))
     return store
 
 
@@ -224,12 +235,12 @@ def test_what_the_store_creates_is_private_from_its_first_moment(
     previous = os.umask(umask)
     monkeypatch.setattr(os, "mkdir", observed_mkdir)
     try:
-        FilesStore(OUTBOX, tmp_path / "parent" / "close-outbox", OUTBOX_LAYOUT)
+        FilesStore(PARCELS, tmp_path / "parent" / "parcels", PARCELS_LAYOUT)
     finally:
         monkeypatch.setattr(os, "mkdir", real_mkdir)
         os.umask(previous)
     names = [Path(name).name for name, _ in created]
-    assert sorted(names) == ["close-outbox", "delivered", "parent", "pending", "quarantine"]
+    assert sorted(names) == ["delivered", "parcels", "parent", "pending", "quarantine"]
     assert [(Path(name).name, oct(found)) for name, found in created] == [
         (name, oct(0o700)) for name in names]
     assert mode(tmp_path / "parent") == 0o700
@@ -298,9 +309,9 @@ def _in_child(check: Callable[[Path], Any], base: Path, uid: int, gid: int) -> A
 def created_under_umask(umask: int) -> Callable[[Path], Any]:
     def check(base: Path) -> Any:
         os.umask(umask)
-        use_a_store(base / "close-outbox")
-        use_a_store(base / "parent" / "close-outbox")  # its missing parent made too
-        use_a_store(base / "a" / "b" / "close-outbox")  # every missing parent, 0700
+        use_a_store(base / "parcels")
+        use_a_store(base / "parent" / "parcels")  # its missing parent made too
+        use_a_store(base / "a" / "b" / "parcels")  # every missing parent, 0700
         found = modes_under(base)
         return {"found": found, "expected": private(found, base)}
     return check
@@ -318,22 +329,22 @@ def test_loose_modes_of_ones_own_store_are_tightened_and_a_reader_changes_none()
     ``create=False`` leaves every mode as it found it."""
 
     def check(base: Path) -> Any:
-        root = base / "close-outbox"
+        root = base / "parcels"
         use_a_store(root)
         for path, loose in ((root, 0o755), (root / "pending", 0o777), (root / ".lock", 0o644)):
             os.chmod(path, loose)
         loosened = modes_under(base)
-        reader = FilesStore(OUTBOX, root, OUTBOX_LAYOUT, create=False)
+        reader = FilesStore(PARCELS, root, PARCELS_LAYOUT, create=False)
         counted = reader.count("pending")
         after_reader = modes_under(base)
-        FilesStore(OUTBOX, root, OUTBOX_LAYOUT)
+        FilesStore(PARCELS, root, PARCELS_LAYOUT)
         return {"loosened": loosened, "counted": counted, "after_reader": after_reader,
                 "after_writer": modes_under(base), "expected": private(loosened, base)}
 
     modes = run_unprivileged(check)
     assert modes["counted"] == 1
     assert modes["after_reader"] == modes["loosened"]
-    assert modes["loosened"]["close-outbox"] == 0o755
+    assert modes["loosened"]["parcels"] == 0o755
     assert modes["after_writer"] == modes["expected"]
 
 
@@ -362,39 +373,39 @@ def test_another_users_root_keeps_its_mode() -> None:
 
 
 @pytest.fixture
-def shadowed_by_a_dangling_link(outbox_store: FilesStore[Any], tmp_path: Path) -> Iterator[str]:
+def shadowed_by_a_dangling_link(parcel_store: FilesStore[Any], tmp_path: Path) -> Iterator[str]:
     """pending/ holds a record; delivered/ (searched first) a link to nothing, by its name."""
-    record = outbox_store.insert(outbox_record(1))
-    name = f"{record.entry_id}.json"
-    os.symlink(tmp_path / "gone.json", outbox_store.root / "delivered" / name)
+    record = parcel_store.insert(parcel(1))
+    name = f"{record.parcel_id}.json"
+    os.symlink(tmp_path / "gone.json", parcel_store.root / "delivered" / name)
     assert not (tmp_path / "gone.json").exists()
     yield name
 
 
 def test_a_dangling_link_shadows_alike_when_probed_and_when_listed(
-    outbox_store: FilesStore[Any], shadowed_by_a_dangling_link: str
+    parcel_store: FilesStore[Any], shadowed_by_a_dangling_link: str
 ) -> None:
     """``_shadowed`` probes each name when there are few, and reads a listing of the other
     directory when it has one: both see the link itself, never its missing target."""
     name = shadowed_by_a_dangling_link
-    probed = outbox_store.first_names("pending", 10)  # delivered/ not listed: probed
-    with outbox_store.locked():
-        assert outbox_store.names("delivered") == [name]  # listed under this lock
-        listed = outbox_store.first_names("pending", 10)
+    probed = parcel_store.first_names("pending", 10)  # delivered/ not listed: probed
+    with parcel_store.locked():
+        assert parcel_store.names("delivered") == [name]  # listed under this lock
+        listed = parcel_store.first_names("pending", 10)
     assert probed.shadowed == listed.shadowed == {name}
-    assert (probed.total, outbox_store.count("pending")) == (1, 0)
+    assert (probed.total, parcel_store.count("pending")) == (1, 0)
     with pytest.raises(UntrustedRecord) as refused:  # what get() meets first
-        outbox_store.get(name.removesuffix(".json"))
+        parcel_store.get(name.removesuffix(".json"))
     assert refused.value.rules == ("record_is_regular_file",)
 
 
 def test_a_dangling_link_shadows_alike_among_many_names(
-    outbox_store: FilesStore[Any], shadowed_by_a_dangling_link: str
+    parcel_store: FilesStore[Any], shadowed_by_a_dangling_link: str
 ) -> None:
     """With more names than are worth probing, delivered/ is listed instead."""
     name = shadowed_by_a_dangling_link
     for number in range(300):
-        (outbox_store.root / "pending" / f"{number:032x}.json").write_bytes(b"{}")
-    listing = outbox_store.first_names("pending", 1)
+        (parcel_store.root / "pending" / f"{number:032x}.json").write_bytes(b"{}")
+    listing = parcel_store.first_names("pending", 1)
     assert (listing.total, listing.shadowed) == (301, {name})
-    assert outbox_store.count("pending") == 300
+    assert parcel_store.count("pending") == 300

@@ -131,12 +131,6 @@ USES_AN_APP_ON_PURPOSE: dict[str, str] = {
     "stores/test_conformance.py": "kept: the conformance suite, over every shipped lifecycle",
     "stores/test_driver_errors.py":
         "to move: the SQL stores' and the monitor facade's driver errors, in one file",
-    "stores/test_files_store.py":
-        "to move: the files store on the monitor (default layout) and the outbox's layout",
-    "stores/test_files_store_os_errors.py":
-        "to move: the files store's OS errors, on the monitor and the outbox's layout",
-    "stores/test_files_store_pins.py":
-        "to move: the files store's mutation pins, on the monitor and the outbox's layout",
     "stores/test_insert_many.py":
         "kept: the conformance suite's cases, and the monitor's exact schemas' unique key",
     "stores/test_lease_expiry_index.py":
