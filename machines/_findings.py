@@ -64,13 +64,19 @@ def search_findings(exploration: Exploration[Any], result: ExplorationResult,
             f"{len(found.stuck)} reachable states can never reach a final status (a status "
             "that traps records, or a lease never rescued); the first found:",
             found.stuck[0]))
-    findings += [
-        SearchFinding(
+    # One finding per kind of cycle (the triggers it is made of): the same cycle reached
+    # after other steps is the same mistake, shown once, with the shortest trace to it.
+    kinds: dict[frozenset[str], list[Any]] = {}
+    for cycle in found.findings:
+        kinds.setdefault(frozenset(cycle.triggers), []).append(cycle)
+    for made_of, cycles in kinds.items():
+        first = min(cycles, key=lambda cycle: cycle.entry)  # states are numbered breadth-first
+        also = (f" ({len(cycles)} such cycles, {sum(cycle.size for cycle in cycles)} states in "
+                "all, reached by other paths)" if len(cycles) > 1 else "")
+        findings.append(SearchFinding(
             "a cycle without a final status",
-            f"a cycle of {cycle.size} states never reaches a final status, made of "
-            f"{', '.join(sorted(cycle.triggers))}; declare it beside the table "
+            f"a cycle of {first.size} states never reaches a final status, made of "
+            f"{', '.join(sorted(made_of))}{also}; declare it beside the table "
             "(Exploration(accepted_cycles=...)) with the reason it is intended, or fix it:",
-            cycle.entry)
-        for cycle in found.findings
-    ]
+            first.entry))
     return findings
