@@ -124,8 +124,6 @@ USES_AN_APP_ON_PURPOSE: dict[str, str] = {
     "stores/test_claim_plan.py":
         "kept: claim plans on the monitor's reference schema, beside the generic one",
     "stores/test_conformance.py": "kept: the conformance suite, over every shipped lifecycle",
-    "stores/test_driver_errors.py":
-        "to move: the SQL stores' and the monitor facade's driver errors, in one file",
     "stores/test_files_store.py":
         "to move: the files store on the monitor (default layout) and the outbox's layout",
     "stores/test_files_store_os_errors.py":
@@ -143,8 +141,6 @@ USES_AN_APP_ON_PURPOSE: dict[str, str] = {
         "kept: the tasks and the monitor's exact schema (notification_id unique)",
     "stores/test_postgres_claim.py":
         "to move: the claim in PostgreSQL held to the monitor facade's outcomes and codes",
-    "stores/test_postgres_commit_outcome.py":
-        "to move: support.store_operations drives the monitor through every store method",
     "stores/test_postgres_rule_constraints.py":
         "to move: the monitor's rules as CHECK constraints, the monitor on such a table",
     "stores/test_postgres_store.py": "to move: the monitor's PostgreSQL schema and facade",
