@@ -140,7 +140,6 @@ USES_AN_APP_ON_PURPOSE: dict[str, str] = {
         "to move: the claim in PostgreSQL held to the monitor facade's outcomes and codes",
     "stores/test_postgres_rule_constraints.py":
         "to move: the monitor's rules as CHECK constraints, the monitor on such a table",
-    "stores/test_postgres_store.py": "to move: the monitor's PostgreSQL schema and facade",
     "stores/test_rules_in_sql.py": "to move: rows generated for the monitor's rules",
     "stores/test_rules_index.py": "to move: rules indexes under the facade and the reference",
     "stores/test_store_agreement.py": "to move: a state machine driving the monitor",
