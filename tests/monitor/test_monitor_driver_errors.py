@@ -24,7 +24,7 @@ from support.store_operations import record
 
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.facade import DatabaseUnreachable, DurableTerminalProcessingMonitor
-from lifecycles.stores.base import StoreUnavailable
+from lifecycles.stores._base import StoreUnavailable
 
 MONITOR_CODE = "terminal_processing_monitor.database_unreachable"
 TIMEOUT = 0.05

@@ -19,13 +19,13 @@ import pytest
 from support.postgres import connect_in, temporary_schema
 
 from lifecycles.machines import lease
-from lifecycles.machines.core import Lifecycle
+from lifecycles.machines._core import Lifecycle
 from lifecycles.machines.monitor import MONITOR
 from lifecycles.monitor.schema import MonitorSchema
-from lifecycles.registry import registered
+from lifecycles._registry import registered
 from lifecycles.stores.postgres import PostgresStore
-from lifecycles.stores.sql import SQLStore
-from lifecycles.stores.sql_claim import ClaimInPlace, claim_in_place
+from lifecycles.stores._sql import SQLStore
+from lifecycles.stores._sql_claim import ClaimInPlace, claim_in_place
 from lifecycles.stores.sqlite import SQLiteStore
 
 LEASED = [lifecycle for lifecycle in registered().values() if lifecycle.lease is not None]

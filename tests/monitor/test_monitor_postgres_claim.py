@@ -1,6 +1,6 @@
 """The monitor's claim decided inside PostgreSQL: the facade's outcomes and codes.
 
-The one-statement claim itself (lifecycles.stores.sql_claim: one statement, the first
+The one-statement claim itself (lifecycles.stores._sql_claim: one statement, the first
 due record, observers told, every rule checked before it commits, nothing leased when it
 cannot decide alone) is tested on the tests' tasks in tests/stores/test_postgres_claim.py.
 Here what the monitor adds: a record broken behind the store's back is the facade's

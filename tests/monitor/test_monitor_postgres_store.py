@@ -21,8 +21,8 @@ from lifecycles.invariants.monitor import COLUMNS
 from lifecycles.machines.monitor import MonitorInputs
 from lifecycles.monitor.facade import DurableTerminalProcessingMonitor, StorageBlocked
 from lifecycles.monitor.schema import open_monitor_store, render
-from lifecycles.stores.base import StoreUnavailable, UniqueViolation
-from lifecycles.stores.postgres_dialect import PostgresDialect
+from lifecycles.stores._base import StoreUnavailable, UniqueViolation
+from lifecycles.stores._postgres_dialect import PostgresDialect
 
 __all__ = ["pg_connect", "pg_schema"]  # fixtures, used by name
 

@@ -32,7 +32,7 @@ from support.task_operations import (
 )
 from support.tasks import TASKS
 
-from lifecycles.stores.base import StoreUnavailable
+from lifecycles.stores._base import StoreUnavailable
 from lifecycles.stores.sqlite import SQLiteStore, connect
 
 GENERIC = "lifecycles.database_unreachable"

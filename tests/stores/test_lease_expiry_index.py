@@ -21,8 +21,8 @@ from support.tasks import TASKS
 
 from lifecycles.machines import lease
 from lifecycles.stores.postgres import PostgresStore
-from lifecycles.stores.sql import SQLStore
-from lifecycles.stores.sql_claim import ClaimInPlace, claim_in_place
+from lifecycles.stores._sql import SQLStore
+from lifecycles.stores._sql_claim import ClaimInPlace, claim_in_place
 from lifecycles.stores.sqlite import SQLiteStore
 
 TABLE = "lifecycle_tasks"

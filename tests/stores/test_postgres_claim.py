@@ -1,4 +1,4 @@
-"""The claim decided inside PostgreSQL (lifecycles.stores.sql_claim): one statement.
+"""The claim decided inside PostgreSQL (lifecycles.stores._sql_claim): one statement.
 
 It must be the lease protocol's claim exactly: the first due record in claim order,
 the lease the table's claim row writes, observers told, every rule checked before it
@@ -22,14 +22,14 @@ import pytest
 from support.postgres import Connect, pg_connect, pg_schema, require_postgres
 from support.tasks import TASKS, Task, TaskInputs, new_task
 
-from lifecycles.invariants.core import InvariantViolation
+from lifecycles.invariants._core import InvariantViolation
 from lifecycles.machines import lease
-from lifecycles.machines.core import Lifecycle
-from lifecycles.machines.declaration import Row
-from lifecycles.stores.base import SchemaMismatch, StoreDamaged
+from lifecycles.machines._core import Lifecycle
+from lifecycles.machines._declaration import Row
+from lifecycles.stores._base import SchemaMismatch, StoreDamaged
 from lifecycles.stores.postgres import PostgresStore
-from lifecycles.stores.sql import SQLStore
-from lifecycles.stores.sql_claim import claim_in_place
+from lifecycles.stores._sql import SQLStore
+from lifecycles.stores._sql_claim import claim_in_place
 from lifecycles.stores.sqlite import SQLiteStore
 
 __all__ = ["pg_connect", "pg_schema"]  # fixtures, used by name

@@ -35,7 +35,7 @@ from support.task_operations import (
 )
 from support.tasks import TASKS
 
-from lifecycles.stores.base import CommitUncertain, StoreUnavailable
+from lifecycles.stores._base import CommitUncertain, StoreUnavailable
 from lifecycles.stores.postgres import PostgresStore, connect
 
 __all__ = ["pg_schema"]  # a fixture, used by name

@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 from support.postgres import Connect, connect_in, pg_connect, pg_schema, require_postgres
 from support.tasks import TASKS, Task, TaskInputs, TaskStatus, new_task
 
-from lifecycles.invariants.core import InvariantViolation, build_record, field_rules
-from lifecycles.loading import import_target
+from lifecycles.invariants._core import InvariantViolation, build_record, field_rules
+from lifecycles._loading import import_target
 from lifecycles.stores.postgres import PostgresStore
-from lifecycles.stores.postgres_dialect import PostgresDialect
+from lifecycles.stores._postgres_dialect import PostgresDialect
 from lifecycles.stores.postgres_rules import (
     MAX_NAME,
     constraint_name,
@@ -36,7 +36,7 @@ from lifecycles.stores.postgres_rules import (
     installed_rule_constraints,
     rule_constraints,
 )
-from lifecycles.stores.sql_schema import SQLSchema
+from lifecycles.stores._sql_schema import SQLSchema
 from lifecycles.stores.sqlite import SQLiteStore
 
 __all__ = ["pg_connect", "pg_schema"]  # fixtures, used by name

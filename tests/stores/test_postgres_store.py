@@ -18,7 +18,7 @@ import pytest
 from support.postgres import Connect, pg_connect, pg_schema, require_postgres
 from support.tasks import TASKS, Task, TaskInputs, TaskStatus, new_task
 
-from lifecycles.stores.base import StoreUnavailable, TransactionNested, UniqueViolation
+from lifecycles.stores._base import StoreUnavailable, TransactionNested, UniqueViolation
 from lifecycles.stores.postgres import PostgresStore, connect
 
 __all__ = ["pg_connect", "pg_schema"]  # fixtures, used by name

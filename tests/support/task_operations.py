@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lifecycles.stores.sql import SQLStore
+from lifecycles.stores._sql import SQLStore
 from support.tasks import TASKS, Task, TaskInputs, new_task
 
 TABLE = "lifecycle_tasks"  # the table SQLSchema derives for the task record

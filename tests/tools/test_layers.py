@@ -7,7 +7,7 @@ beside it (``lifecycles.machines.monitor``, ``lifecycles.machines.outbox``) and 
 Every other module of the package is generic: the checker, explain, the pages and the
 operator commands find what an app declares through its ``Lifecycle`` (``declared_in``),
 never by importing it. The apps are named only as data: the lifecycles installed with
-the framework (:data:`lifecycles.registry.SHIPPED`) and their commands
+the framework (:data:`lifecycles._registry.SHIPPED`) and their commands
 (:data:`lifecycles.cli.COMMAND_MODULES`), imported by name when asked for.
 """
 
@@ -68,7 +68,7 @@ def imported_by(module: str, path: Path) -> Iterator[str]:
 
 def test_the_walk_sees_the_apps_and_the_generic_modules() -> None:
     names = {name for name, _ in modules()}
-    assert {"lifecycles.explain", "lifecycles.machines.core", "lifecycles.stores.sql",
+    assert {"lifecycles._explain", "lifecycles.machines._core", "lifecycles.stores._sql",
             "lifecycles.monitor.facade", "lifecycles.machines.monitor.inputs",
             "lifecycles.invariants.outbox"} <= names
 
