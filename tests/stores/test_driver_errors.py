@@ -1,14 +1,14 @@
-"""No driver exception leaves a SQL store or the monitor: real SQLite files (issue 26, 1).
+"""No driver exception leaves a SQL store: real SQLite files (issue 26, 1).
 
-Every public entry point, the constructors included, meets a database it cannot use
-(locked by another connection past the busy timeout, a full disk, a closed
-connection) with the store error it means, never a ``sqlite3`` exception: the
-generic store ``lifecycles.database_unreachable`` (a ``StoreUnavailable``), the monitor
-``terminal_processing_monitor.database_unreachable`` (a ``DatabaseUnreachable``, also
-a ``StoreUnavailable``). Each such failure came before any commit was sent:
-``outcome_unknown`` is false, and each test shows that nothing changed. The
-PostgreSQL side, where a commit's answer can be lost, is
-tests/monitor/test_monitor_uncertain_commit.py.
+Every public entry point of the generic store, the constructor included, meets a
+database it cannot use (locked by another connection past the busy timeout, a full
+disk, a closed connection) with the store error it means, never a ``sqlite3``
+exception: ``lifecycles.database_unreachable`` (a ``StoreUnavailable``). Each such
+failure came before any commit was sent: ``outcome_unknown`` is false, and each test
+shows that nothing changed. The store holds the tests' tasks (tests/support/tasks.py);
+the monitor facade's own codes on the same failures are
+tests/monitor/test_monitor_driver_errors.py. The PostgreSQL side, where a commit's
+answer can be lost, is tests/stores/test_postgres_commit_outcome.py.
 """
 
 from __future__ import annotations
@@ -21,37 +21,39 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.monitor import CAPABILITIES, answer, every_table, notification
-from support.store_operations import (
+from support.task_operations import (
     OPERATION_NAMES,
+    TABLE,
     WITHOUT_STATEMENTS,
     filled,
     operations,
     public_methods,
     record,
 )
+from support.tasks import TASKS
 
-from lifecycles.machines.monitor import MONITOR
-from lifecycles.monitor.facade import DatabaseUnreachable, DurableTerminalProcessingMonitor
 from lifecycles.stores._base import StoreUnavailable
 from lifecycles.stores.sqlite import SQLiteStore, connect
 
 GENERIC = "lifecycles.database_unreachable"
-MONITOR_CODE = "terminal_processing_monitor.database_unreachable"
 TIMEOUT = 0.05
 
 
-def generic(connection: sqlite3.Connection) -> Any:
-    return SQLiteStore(MONITOR, connection)  # the table derived from the record
+def generic(connection: sqlite3.Connection) -> SQLiteStore[Any]:
+    return SQLiteStore(TASKS, connection)  # the table derived from the record
 
 
-def monitor(connection: sqlite3.Connection) -> Any:
-    return DurableTerminalProcessingMonitor(connection, CAPABILITIES)
-
-
-OPENERS: dict[str, tuple[Callable[[sqlite3.Connection], Any], str]] = {
-    "generic store": (generic, GENERIC), "monitor": (monitor, MONITOR_CODE),
-}
+def every_table(path: Path) -> list[Any]:
+    """Every row of every table (whatever its columns), read by a connection of its own."""
+    other = sqlite3.connect(path)
+    try:
+        tables = [name for (name,) in other.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+        )]
+        return [(table, *other.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall())
+                for table in tables]
+    finally:
+        other.close()
 
 
 def refusal(action: Callable[[], Any]) -> StoreUnavailable:
@@ -77,9 +79,8 @@ def driver_cause(error: BaseException) -> BaseException | None:
 
 
 @pytest.mark.parametrize("journal", ["delete", "wal"])
-@pytest.mark.parametrize("kind", OPENERS)
 def test_a_new_file_locked_past_the_timeout_at_construction_is_refused_and_left_empty(
-    tmp_path: Path, kind: str, journal: str
+    tmp_path: Path, journal: str
 ) -> None:
     """The issue's case: another connection holds ``BEGIN IMMEDIATE`` while a worker opens
     the file. The constructor's own ``BEGIN IMMEDIATE`` waits out the timeout."""
@@ -87,42 +88,35 @@ def test_a_new_file_locked_past_the_timeout_at_construction_is_refused_and_left_
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute(f"PRAGMA journal_mode = {journal}")
     holder.execute("BEGIN IMMEDIATE")
-    opener, code = OPENERS[kind]
     try:
-        error = refusal(lambda: opener(sqlite3.connect(path, timeout=TIMEOUT)))
+        error = refusal(lambda: generic(sqlite3.connect(path, timeout=TIMEOUT)))
     finally:
         holder.execute("ROLLBACK")
-    assert error.code == code
-    assert isinstance(error, DatabaseUnreachable) is (kind == "monitor")
-    assert every_table(path) == []  # nothing created: no table, no meta row, no index
+    assert error.code == GENERIC
+    assert every_table(path) == []  # nothing created: no table, no index
     holder.close()
-    opener(sqlite3.connect(path))  # the lock gone, the same file opens
+    generic(sqlite3.connect(path))  # the lock gone, the same file opens
 
 
-@pytest.mark.parametrize("kind", OPENERS)
 def test_an_existing_file_locked_past_the_timeout_at_construction_is_left_as_it_was(
-    tmp_path: Path, kind: str
+    tmp_path: Path,
 ) -> None:
     path = tmp_path / "existing.db"
-    opener, code = OPENERS[kind]
-    first = opener(sqlite3.connect(path))
-    (first.store if kind == "monitor" else first).insert(MONITOR.create(record(0)))
+    generic(sqlite3.connect(path)).insert(TASKS.create(record(0)))
     before = every_table(path)
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
-        assert refusal(lambda: opener(sqlite3.connect(path, timeout=TIMEOUT))).code == code
+        assert refusal(lambda: generic(sqlite3.connect(path, timeout=TIMEOUT))).code == GENERIC
     finally:
         holder.execute("ROLLBACK")
     assert every_table(path) == before
 
 
-@pytest.mark.parametrize("kind", OPENERS)
-def test_a_closed_connection_at_construction_has_the_code(tmp_path: Path, kind: str) -> None:
+def test_a_closed_connection_at_construction_has_the_code(tmp_path: Path) -> None:
     connection = sqlite3.connect(tmp_path / "closed.db")
     connection.close()
-    opener, code = OPENERS[kind]
-    assert refusal(lambda: opener(connection)).code == code
+    assert refusal(lambda: generic(connection)).code == GENERIC
     assert every_table(tmp_path / "closed.db") == []
 
 
@@ -164,20 +158,17 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount_point)], check=True)
 
 
-@pytest.mark.parametrize("kind", OPENERS)
-def test_a_new_file_on_a_full_disk_is_refused_and_left_empty(full_disk: Path, kind: str) -> None:
+def test_a_new_file_on_a_full_disk_is_refused_and_left_empty(full_disk: Path) -> None:
     path = full_disk / "new.db"
-    opener, code = OPENERS[kind]
-    error = refusal(lambda: opener(sqlite3.connect(path)))
-    assert error.code == code
+    error = refusal(lambda: generic(sqlite3.connect(path)))
+    assert error.code == GENERIC
     assert getattr(driver_cause(error), "sqlite_errorname", None) == "SQLITE_FULL"
     # sqlite3.connect made the empty file; the store wrote nothing into it and left no
     # journal beside it.
     assert sorted(p.name for p in full_disk.iterdir()) == ["filler", "new.db"]
     assert path.stat().st_size == 0
     (full_disk / "filler").unlink()  # space again: the same file opens and works
-    opened = opener(sqlite3.connect(path))
-    (opened.store if kind == "monitor" else opened).insert(MONITOR.create(record(0)))
+    generic(sqlite3.connect(path)).insert(TASKS.create(record(0)))
 
 
 def test_connect_on_a_full_disk_is_database_unreachable(full_disk: Path) -> None:
@@ -193,7 +184,7 @@ def test_a_commit_that_fills_the_disk_changes_nothing(full_disk: Path) -> None:
     filler.unlink()
     path = full_disk / "store.db"
     store = generic(sqlite3.connect(path))
-    store.insert(MONITOR.create(record(0)))
+    store.insert(TASKS.create(record(0)))
     before = every_table(path)
     try:  # full again, the database's file in it
         with filler.open("wb", buffering=0) as out:
@@ -205,7 +196,7 @@ def test_a_commit_that_fills_the_disk_changes_nothing(full_disk: Path) -> None:
     def fill() -> None:
         with store.transaction():
             for index in range(1, 60):
-                store.insert(MONITOR.create(record(index)))
+                store.insert(TASKS.create(record(index)))
 
     error = refusal(fill)
     assert error.code == GENERIC
@@ -214,12 +205,12 @@ def test_a_commit_that_fills_the_disk_changes_nothing(full_disk: Path) -> None:
     assert every_table(path) == before
 
 
-# --- every operation of the generic store, and of the monitor ------------------------
+# --- every operation of the generic store --------------------------------------------
 
 
 def opened_generic(path: Path) -> SQLiteStore[Any]:
-    store = SQLiteStore(MONITOR, sqlite3.connect(path, timeout=TIMEOUT))
-    filled(store)  # e0..e2, e0 leased to w1 under t0
+    store = SQLiteStore(TASKS, sqlite3.connect(path, timeout=TIMEOUT))
+    filled(store)  # t0..t2, t0 leased to w1 under k0
     return store
 
 
@@ -278,9 +269,9 @@ def test_a_commit_kept_out_by_a_reader_changes_nothing(tmp_path: Path) -> None:
 
     def insert_while_read() -> None:
         with store.transaction():
-            store.insert(MONITOR.create(record(7)))
+            store.insert(TASKS.create(record(7)))
             reader.execute("BEGIN")
-            reader.execute("SELECT count(*) FROM lifecycle_monitor").fetchone()
+            reader.execute(f"SELECT count(*) FROM {TABLE}").fetchone()
 
     error = refusal(insert_while_read)
     reader.execute("ROLLBACK")
@@ -288,33 +279,5 @@ def test_a_commit_kept_out_by_a_reader_changes_nothing(tmp_path: Path) -> None:
     assert getattr(driver_cause(error), "sqlite_errorname", "").startswith("SQLITE_BUSY")
     assert not store.connection.in_transaction
     assert every_table(path) == before
-    assert store.get("e7") is None  # and the store goes on
-    assert store.insert(MONITOR.create(record(7))).event_id == "e7"
-
-
-MONITOR_CALLS: dict[str, Callable[[Any], Any]] = {
-    "register_many": lambda m: m.register_many([notification(5)], now=200),
-    "run_many": lambda m: m.run_many(lambda e, s: answer(e, s, "pending"), "w1", now=200),
-}
-
-
-@pytest.mark.parametrize("method", MONITOR_CALLS)
-def test_the_monitor_batches_on_a_locked_or_closed_database_are_database_unreachable(
-    tmp_path: Path, method: str
-) -> None:
-    """The single-item calls are pinned in test_monitor_hardening.py; the batches here."""
-    path = tmp_path / "monitor.db"
-    ours = DurableTerminalProcessingMonitor(sqlite3.connect(path, timeout=TIMEOUT),
-                                            CAPABILITIES)
-    ours.register(*notification(0), now=100)
-    before = every_table(path)
-    holder = sqlite3.connect(path, isolation_level=None)
-    holder.execute("BEGIN EXCLUSIVE")
-    try:
-        error = refusal(lambda: MONITOR_CALLS[method](ours))
-    finally:
-        holder.execute("ROLLBACK")
-    assert isinstance(error, DatabaseUnreachable) and error.code == MONITOR_CODE
-    ours.connection.close()
-    assert refusal(lambda: MONITOR_CALLS[method](ours)).code == MONITOR_CODE
-    assert every_table(path) == before
+    assert store.get("t7") is None  # and the store goes on
+    assert store.insert(TASKS.create(record(7))).task_id == "t7"

@@ -1,7 +1,8 @@
 """The generic PostgreSQL store says which failures may have committed (issue 26, item 2).
 
 Through the cutting proxy (tests/support/pg_proxy.py), on the real server, the store
-derived from a record (``PostgresStore(MONITOR, connection)``, codes ``lifecycles.``):
+derived from a record (``PostgresStore(TASKS, connection)``, on the tests' task
+lifecycle, tests/support/tasks.py; codes ``lifecycles.``):
 
 * a connection lost after ``COMMIT`` (or an autocommit write: ``put`` outside a
   transaction, the one-statement claim) was sent and before its answer came is
@@ -21,15 +22,19 @@ import psycopg
 import pytest
 from support.pg_proxy import Cut, Proxied, commit_of, proxied_connections, statement
 from support.postgres import pg_schema, require_postgres
-from support.store_operations import (
+from support.task_operations import (
     OPERATION_NAMES,
+    TABLE,
     WITHOUT_STATEMENTS,
+    claim_inputs,
+    failure_inputs,
     filled,
     operations,
     public_methods,
+    record,
 )
+from support.tasks import TASKS
 
-from lifecycles.machines.monitor import MONITOR, MonitorInputs, new_record
 from lifecycles.stores._base import CommitUncertain, StoreUnavailable
 from lifecycles.stores.postgres import PostgresStore, connect
 
@@ -40,23 +45,11 @@ require_postgres()
 pytestmark = pytest.mark.postgres
 
 CODE = "lifecycles.database_unreachable"
-TABLE = "lifecycle_monitor"
 
 
 @pytest.fixture
 def pg(pg_schema: str) -> Iterator[Proxied]:
     yield from proxied_connections(pg_schema)
-
-
-def record(index: int) -> Any:
-    return new_record(
-        event_id=f"e{index}", notification_id=f"n{index}", site_id="s",
-        terminal_status="published", notification_sha256="a" * 64, max_failures=3, now=10.0,
-    )
-
-
-def claim_inputs(token: str, now: float = 20.0) -> MonitorInputs:
-    return MonitorInputs(now=now, worker_id="w1", lease_token=token, lease_seconds=30.0)
 
 
 def failed(action: Callable[[], Any]) -> StoreUnavailable:
@@ -73,66 +66,64 @@ def failed(action: Callable[[], Any]) -> StoreUnavailable:
 
 def stored(pg: Proxied) -> list[tuple[Any, ...]]:
     return pg.direct().execute(
-        f"SELECT event_id, status, lease_token FROM {TABLE} ORDER BY 1").fetchall()
+        f"SELECT task_id, status, lease_token FROM {TABLE} ORDER BY 1").fetchall()
 
 
 def test_an_insert_whose_commit_answer_is_lost_is_uncertain_and_committed(pg: Proxied) -> None:
-    store = PostgresStore(MONITOR, pg.through())
+    store = PostgresStore(TASKS, pg.through())
     pg.proxy.arm(commit_of("INSERT INTO"), Cut.AFTER_REPLY)
-    assert failed(lambda: store.insert(MONITOR.create(record(0)))).outcome_unknown is True
-    assert stored(pg) == [("e0", "pending", None)]
-    again = PostgresStore(MONITOR, pg.through())
-    assert again.insert(MONITOR.create(record(0))) == again.get("e0")  # idempotent: retry
+    assert failed(lambda: store.insert(TASKS.create(record(0)))).outcome_unknown is True
+    assert stored(pg) == [("t0", "queued", None)]
+    again = PostgresStore(TASKS, pg.through())
+    assert again.insert(TASKS.create(record(0))) == again.get("t0")  # idempotent: retry
 
 
 def test_an_insert_whose_commit_was_dropped_is_uncertain_and_not_committed(pg: Proxied) -> None:
-    store = PostgresStore(MONITOR, pg.through())
+    store = PostgresStore(TASKS, pg.through())
     pg.proxy.arm(commit_of("INSERT INTO"), Cut.BEFORE_FORWARD)
-    assert failed(lambda: store.insert(MONITOR.create(record(0)))).outcome_unknown is True
+    assert failed(lambda: store.insert(TASKS.create(record(0)))).outcome_unknown is True
     assert stored(pg) == []
 
 
 def test_a_transaction_cut_before_its_commit_was_sent_changed_nothing(pg: Proxied) -> None:
-    store = PostgresStore(MONITOR, pg.through())
-    store.insert(MONITOR.create(record(0)))
+    store = PostgresStore(TASKS, pg.through())
+    store.insert(TASKS.create(record(0)))
     pg.proxy.arm(statement("INSERT INTO"), Cut.BEFORE_FORWARD)
 
     def two_inserts() -> None:
         with store.transaction():
-            store.insert(MONITOR.create(record(1)))
-            store.insert(MONITOR.create(record(2)))
+            store.insert(TASKS.create(record(1)))
+            store.insert(TASKS.create(record(2)))
 
     assert failed(two_inserts).outcome_unknown is False
-    assert stored(pg) == [("e0", "pending", None)]
+    assert stored(pg) == [("t0", "queued", None)]
     # Broken now: the next call is refused before anything is sent, as certainly.
-    for call in (lambda: store.insert(MONITOR.create(record(3))), lambda: store.get("e0")):
+    for call in (lambda: store.insert(TASKS.create(record(3))), lambda: store.get("t0")):
         assert failed(call).outcome_unknown is False
 
 
 def test_a_write_outside_a_transaction_whose_answer_is_lost_is_uncertain(pg: Proxied) -> None:
     """``put`` outside a transaction is one autocommit statement: its own commit."""
-    store = PostgresStore(MONITOR, pg.through())
-    store.insert(MONITOR.create(record(0)))
-    leased = store.claim(claim_inputs("t0"))
+    store = PostgresStore(TASKS, pg.through())
+    store.insert(TASKS.create(record(0)))
+    leased = store.claim(claim_inputs("k0"))
     assert leased is not None
-    inputs = MonitorInputs(now=21.0, worker_id="w1", lease_token="t0", error_code="x.y",
-                           retryable=True)
     pg.proxy.arm(commit_of(f'UPDATE "{TABLE}" SET'), Cut.AFTER_REPLY)
-    error = failed(lambda: store.fire(leased, "fail_attempt", inputs))
+    error = failed(lambda: store.fire(leased, "fail", failure_inputs()))
     assert error.outcome_unknown is True
-    assert stored(pg) == [("e0", "retry_wait", None)]  # it committed
+    assert stored(pg) == [("t0", "queued", None)]  # it committed
 
 
 def test_a_claim_whose_answer_is_lost_is_found_by_its_token(pg: Proxied) -> None:
-    store = PostgresStore(MONITOR, pg.through())
+    store = PostgresStore(TASKS, pg.through())
     for index in range(2):
-        store.insert(MONITOR.create(record(index)))
+        store.insert(TASKS.create(record(index)))
     pg.proxy.arm(commit_of("claimed AS (UPDATE"), Cut.AFTER_REPLY)
-    assert failed(lambda: store.claim(claim_inputs("t0"))).outcome_unknown is True
-    assert stored(pg) == [("e0", "leased", "t0"), ("e1", "pending", None)]
-    fresh = PostgresStore(MONITOR, pg.through())
-    assert [r.event_id for r in fresh.leased_under({"t0", "t9"}, 21.0)] == ["e0"]
-    assert fresh.leased_under({"t0"}, 50.0) == []  # its lease ends at 50
+    assert failed(lambda: store.claim(claim_inputs("k0"))).outcome_unknown is True
+    assert stored(pg) == [("t0", "running", "k0"), ("t1", "queued", None)]
+    fresh = PostgresStore(TASKS, pg.through())
+    assert [r.task_id for r in fresh.leased_under({"k0", "k9"}, 21.0)] == ["t0"]
+    assert fresh.leased_under({"k0"}, 50.0) == []  # its lease ends at 50
 
 
 def test_connect_lets_no_driver_exception_out() -> None:
@@ -164,7 +155,7 @@ def test_every_store_operation_on_a_dead_connection_is_database_unreachable(
     (the next exchange of any kind is dropped), so the store meets it mid-call or finds
     it broken. Either way a ``StoreUnavailable`` (never a ``psycopg`` error), and nothing
     changed."""
-    store = filled(PostgresStore(MONITOR, pg.through()))
+    store = filled(PostgresStore(TASKS, pg.through()))
     action = operations(store)[operation]
     before = stored(pg)
     if how == "closed":

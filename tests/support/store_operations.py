@@ -1,6 +1,7 @@
-"""Every public operation of a generic SQL store, ready to call: the driver-error tests
-run each against a database it cannot use (tests/stores/test_driver_errors.py on
-SQLite, tests/stores/test_postgres_commit_outcome.py on PostgreSQL)."""
+"""Every public operation of a generic SQL store on the monitor's records, ready to call:
+the monitor's driver-error tests (tests/monitor/test_monitor_driver_errors.py) run each
+against a database it cannot use; tests/support/task_operations.py is the same for the
+framework's own tests, on the tasks."""
 
 from __future__ import annotations
 

@@ -115,8 +115,9 @@ def app_helpers() -> set[str]:
     return helpers
 
 
-# The framework's test files that still use an app, each with the reason: "kept" where the
-# app is what the test is about, "to move" where it is only the example, not yet replaced.
+# The framework's test files that use an app on purpose, each with the reason: the shipped
+# lifecycles are what they are about (every other framework test runs on tests/support's
+# own lifecycles: tasks, tickets, parcels, deliveries).
 USES_AN_APP_ON_PURPOSE: dict[str, str] = {
     "engine/test_evolver_on_the_monitor_record.py":
         "kept: the evolver against attrs.evolve on the shipped record with the most rules",
@@ -129,24 +130,14 @@ USES_AN_APP_ON_PURPOSE: dict[str, str] = {
     "stores/test_claim_plan.py":
         "kept: claim plans on the monitor's reference schema, beside the generic one",
     "stores/test_conformance.py": "kept: the conformance suite, over every shipped lifecycle",
-    "stores/test_driver_errors.py":
-        "to move: the SQL stores' and the monitor facade's driver errors, in one file",
     "stores/test_insert_many.py":
         "kept: the conformance suite's cases, and the monitor's exact schemas' unique key",
-    "stores/test_lease_expiry_index.py":
-        "to move: plans on the monitor's reference schema; the generic one's glance plan "
-        "also walks the due index, so the assertion must be restated for it",
-    "stores/test_postgres_batches.py":
-        "kept: the tasks and the monitor's exact schema (notification_id unique)",
-    "stores/test_postgres_claim.py":
-        "to move: the claim in PostgreSQL held to the monitor facade's outcomes and codes",
-    "stores/test_postgres_commit_outcome.py":
-        "to move: support.store_operations drives the monitor through every store method",
-    "stores/test_postgres_rule_constraints.py":
-        "to move: the monitor's rules as CHECK constraints, the monitor on such a table",
-    "stores/test_postgres_store.py": "to move: the monitor's PostgreSQL schema and facade",
     "stores/test_invariant_conjunction_on_the_monitor.py":
         "kept: the conjunction and the builder on the rules the monitor declares",
+    "stores/test_lease_expiry_index_on_the_monitor_schema.py":
+        "kept: the lease queries' plans on the monitor's reference schema and its indexes",
+    "stores/test_postgres_batches.py":
+        "kept: the tasks and the monitor's exact schema (notification_id unique)",
     "stores/test_rules_in_sql_on_the_monitor_schema.py":
         "kept: the rules in SQL on the monitor's reference schema, beside the tickets'",
     "stores/test_shipped_symbolic_rows.py":
@@ -181,6 +172,7 @@ def framework_tests_using_an_app() -> set[str]:
 
 def test_the_framework_tests_use_no_app_but_those_listed() -> None:
     assert framework_tests_using_an_app() == set(USES_AN_APP_ON_PURPOSE)
+    assert all(reason.startswith("kept: ") for reason in USES_AN_APP_ON_PURPOSE.values())
 
 
 def test_the_app_helpers_are_found_and_the_tests_own_lifecycles_are_not_among_them() -> None:
