@@ -116,7 +116,7 @@ from lifecycles._loading import (
     one_line,
     where,
 )
-from lifecycles._replay import TRACE_DIR_DEFAULT, write_replay
+from lifecycles._replay import TRACE_DIR_DEFAULT, write_finding_replay, write_replay
 from lifecycles._snapshot import (
     SNAPSHOT_DEFAULT,
     SnapshotSearch,
@@ -326,7 +326,7 @@ def check_one(target: Target, snapshot: dict[str, dict[str, Any]], snapshot_path
         check_cut("search", result.cut_at, result.states, exploration, outcome, say)
     _say_statuses_reached(lifecycle, result, say)
     _say_coverage(lifecycle, result, say)
-    _report_findings(result, exploration, outcome, say)
+    _report_findings(target, result, exploration, trace_dir, outcome, say)
     outcome.interleaving = check_workers(target, exploration, trace_dir, say, outcome)
     if mutants is not None and outcome.ok:  # a failing lifecycle's mutants tell nothing
         outcome.mutants = check_mutants(exploration, say, outcome,
@@ -394,6 +394,10 @@ def _report_violation(target: Target, exploration: AnyExploration, violation: Vi
     if target.spec is not None:
         outcome.replay_path = write_replay(trace_dir, target.spec, target.lifecycle, violation)
         say(f"  replay: pytest {outcome.replay_path}")
+    outcome.reports.append({
+        "failure": "violation", "message": violation.message, "rules": list(violation.rules),
+        "trace": [f"{step.move}: {step.description}" for step in violation.trace],
+        "replay": None if outcome.replay_path is None else str(outcome.replay_path)})
     if violation.kind == "error":  # code that raised, not a rule that broke
         raise _raised_in_step(target, exploration, violation, outcome.replay_path)
 
@@ -419,16 +423,24 @@ def _say_coverage(lifecycle: AnyLifecycle, result: ExplorationResult, say: Say) 
         say(f"  guards seen only one way (defensive, or inputs too narrow): {one_sided}")
 
 
-def _report_findings(result: ExplorationResult, exploration: AnyExploration, outcome: Outcome,
-                     say: Say) -> None:
+def _report_findings(target: Target, result: ExplorationResult, exploration: AnyExploration,
+                     trace_dir: Path, outcome: Outcome, say: Say) -> None:
     """Liveness, then what the search found wanting (rows never fired, statuses never
     reached, cycles without a final status), each with its trace where it has one."""
     found = _liveness_summary(result, exploration, say)
     for finding in search_findings(exploration, result, found):
         outcome.failures.append(finding.failure)
         say(f"  FAIL {finding.message}")
-        if finding.state is not None:
-            _say_trace(result, exploration, finding.state, say)
+        steps = [] if finding.state is None else _say_trace(result, exploration,
+                                                            finding.state, say)
+        path = None
+        if target.spec is not None:
+            path = write_finding_replay(trace_dir, target.spec, target.lifecycle,
+                                        finding.failure, finding.message, steps)
+            say(f"    replay: pytest {path}")
+            outcome.replay_path = outcome.replay_path or path
+        outcome.reports.append({"failure": finding.failure, "message": finding.message,
+                                "trace": steps, "replay": None if path is None else str(path)})
 
 
 def _liveness_summary(result: ExplorationResult, exploration: AnyExploration,
@@ -452,13 +464,16 @@ def _liveness_summary(result: ExplorationResult, exploration: AnyExploration,
 
 
 def _say_trace(result: ExplorationResult, exploration: AnyExploration, state: int,
-               say: Callable[[str], None]) -> None:
+               say: Callable[[str], None]) -> list[str]:
+    """Print the shortest trace to ``state``; its steps as printed."""
     assert result.graph is not None
     initial, steps = result.graph.trace_to(state)
     say(f"    shortest trace (from initial record {initial}: "
         f"{_summary(exploration.initial()[initial])}):")
-    for number, step in enumerate(steps, 1):
-        say(f"      {number}. {step.move}: {step.description}")
+    shown = [f"{step.move}: {step.description}" for step in steps]
+    for number, step in enumerate(shown, 1):
+        say(f"      {number}. {step}")
+    return shown
 
 
 def report_error(error: CheckerError, *, out: TextIO, err: TextIO, as_json: bool = False,
@@ -477,12 +492,16 @@ def report_error(error: CheckerError, *, out: TextIO, err: TextIO, as_json: bool
 def _outcome_json(target: Target, outcome: Outcome) -> dict[str, Any]:
     result = outcome.result
     figures = {} if result is None else {
-        "states": result.states, "edges": result.edges, "depth": result.depth,
+        "states": result.states, "edges": result.edges, "refusals": result.refusals,
+        "depth": result.depth, "seconds": round(result.seconds, 3),
+        "states_per_second": round(result.states_per_second) if result.seconds else None,
         "complete": not result.truncated and result.violation is None,
+        "cut_at": result.cut_at,
     }
     return {"name": outcome.name, "table_version": target.lifecycle.table_version,
             "ok": outcome.ok, "failures": outcome.failures, **figures,
             **interleaving_figures(outcome.interleaving), **mutant_figures(outcome.mutants),
+            "findings": outcome.reports,
             "replay": None if outcome.replay_path is None else str(outcome.replay_path)}
 
 

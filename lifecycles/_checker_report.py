@@ -46,6 +46,8 @@ class Outcome:
     replay_path: Path | None = None
     interleaving: InterleavingResult | None = None
     mutants: MutantReport | None = None
+    #: Each failure as ``--json`` shows it: what, its trace's steps, its replay file.
+    reports: list[dict[str, Any]] = attrs.field(factory=list)
 
     @property
     def ok(self) -> bool:
@@ -62,6 +64,8 @@ def check_cut(search: str, cut_at: str | None, states: int, exploration: Explora
             f"{exploration.incomplete_ok}")
         return
     outcome.failures.append(f"{search}_cut")
+    outcome.reports.append({"failure": f"{search}_cut", "message": f"cut at {bound}",
+                            "trace": [], "replay": None})
     say(f"  FAIL {search}_cut: the {search} stopped at {bound} after {states} states, so "
         "nothing past it was checked (liveness, the states not reached, what they would "
         "break). Raise the bound, narrow the inputs or make the abstraction coarser, or "

@@ -77,10 +77,17 @@ def check_workers(target: Target, exploration: Exploration[Any], trace_dir: Path
         say(f"      {number}. {step.actor} {step.description}")
     if not finding.trace:
         say("      (the start: nothing happened yet)")
+    path = None
     if target.spec is not None:
         path = write_interleaving_replay(trace_dir, target.spec, exploration, finding,
                                          declared.count, declared.record_count)
         say(f"    replay: pytest {path}")
+        outcome.replay_path = outcome.replay_path or path
+    outcome.reports.append({
+        "failure": f"interleaving: {finding.kind}", "message": finding.message,
+        "rules": list(finding.rules),
+        "trace": [f"{step.actor} {step.description}" for step in finding.trace],
+        "replay": None if path is None else str(path)})
     return result
 
 

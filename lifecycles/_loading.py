@@ -188,12 +188,33 @@ def load_exploration(spec: str) -> AnyExploration:
 
 
 def explorations_in(module: ModuleType, target: str) -> list[tuple[AnyExploration, str]]:
-    """Every module-level :class:`Exploration` in ``module``, with its replay spec."""
-    return [
-        (value, f"{target}:{name}")
-        for name, value in vars(module).items()
-        if isinstance(value, Exploration) and not name.startswith("_")
-    ]
+    """Every module-level :class:`Exploration` in ``module``, with its replay spec. One it
+    imports counts (a module may gather explorations to check), unless the module
+    declares its own for the same lifecycle (``from .inputs import EXPLORATION as
+    DECLARED``, to derive its own from it): then only its own are checked, not both."""
+    imported = _imported_names(module)
+    found = [(name, value) for name, value in vars(module).items()
+             if isinstance(value, Exploration) and not name.startswith("_")]
+    own = {id(value.lifecycle) for name, value in found if name not in imported}
+    return [(value, f"{target}:{name}") for name, value in found
+            if name not in imported or id(value.lifecycle) not in own]
+
+
+def _imported_names(module: ModuleType) -> frozenset[str]:
+    """The names ``module``'s top-level import statements bind (none when its source
+    cannot be read: then every name counts as its own)."""
+    import ast
+    import inspect
+
+    try:
+        tree = ast.parse(inspect.getsource(module))
+    except (OSError, TypeError, SyntaxError):
+        return frozenset()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom | ast.Import):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return frozenset(names)
 
 
 def modules_beside(names: Iterable[str]) -> Iterator[tuple[str, ModuleType]]:

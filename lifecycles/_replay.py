@@ -5,6 +5,7 @@ by ``lifecycles check``, from any directory, and fails until the violation is fi
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,43 @@ def write_replay(directory: Path, spec: str, lifecycle: AnyLifecycle, violation:
         "    if IMPORT_ROOT is not None and IMPORT_ROOT not in sys.path:\n"
         "        sys.path.append(IMPORT_ROOT)\n"
         "    replay(load_exploration(SPEC), INITIAL, STEPS)\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def write_finding_replay(directory: Path, spec: str, lifecycle: AnyLifecycle, failure: str,
+                         message: str, trace: Sequence[str]) -> Path:
+    """Write a pytest file that searches again and fails while the search still finds
+    ``failure`` (a row never fired, a trapped state, an undeclared cycle, ...): what it
+    found, and the shortest trace to it, are in its docstring."""
+    directory.mkdir(parents=True, exist_ok=True)
+    name = identifier(lifecycle.name)
+    kind = identifier(failure)
+    path = directory / f"test_replay_{name}_{kind}.py"
+    shown = "".join(f"  {number}. {step}\n" for number, step in enumerate(trace, 1))
+    path.write_text(
+        f'"""Found by `lifecycles check` in {lifecycle.name} '
+        f"(table v{lifecycle.table_version}): {failure}.\n\n"
+        f"{message}\n"
+        + (f"\nThe shortest trace to it:\n\n{shown}" if trace else "")
+        + "\nSearches the exploration again: it fails while the search still finds this,\n"
+        'and passes once it is fixed (or declared, where the finding says how).\n"""\n\n'
+        "import sys\n\n"
+        "from lifecycles._loading import load_exploration\n"
+        "from lifecycles.machines._exhaustive import explore\n"
+        "from lifecycles.machines._findings import search_findings\n\n"
+        f"SPEC = {spec!r}\n"
+        f"IMPORT_ROOT = {import_root(spec)!r}\n"
+        f"FAILURE = {failure!r}\n\n\n"
+        f"def test_{name}_search_no_longer_finds_{kind}() -> None:\n"
+        "    if IMPORT_ROOT is not None and IMPORT_ROOT not in sys.path:\n"
+        "        sys.path.append(IMPORT_ROOT)\n"
+        "    exploration = load_exploration(SPEC)\n"
+        "    result = explore(exploration, keep_graph=True)\n"
+        "    found = [finding.message for finding in search_findings(exploration, result)\n"
+        "             if finding.failure == FAILURE]\n"
+        "    assert not found, found[0]\n",
         encoding="utf-8",
     )
     return path
