@@ -40,8 +40,9 @@ exit codes:
   1  a check failed: an invariant violation (trace and replay file printed), a
      definition check, a recorded status the table no longer declares, a row never
      fired, a status never reached, no exploration inputs, a finding of the
-     interleaved workers (trace and replay file printed), a table mutant that
-     survives (with --mutants)
+     interleaved workers (trace and replay file printed), a search cut at its
+     bounds that no incomplete_ok accepts (search_cut, interleaving_cut), a table
+     mutant that survives (with --mutants)
   2  the check could not run; one line on stderr says where and what to do (with
      --json also {"error": CODE, "message": ...} on stdout; --traceback adds the
      Python traceback on stderr):
