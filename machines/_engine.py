@@ -61,7 +61,7 @@ class GuardPlan(NamedTuple):
     """One (trigger, status), compiled once: the machine's candidate rows, each with the guard
     tests that must give their targets (True for conditions, False for unless), which
     select_row runs; all those guards in table order as (name, test, target), which coverage
-    evaluates and blocking_guard reads; as bits, ``targets`` their targets and
+    evaluates and a refusal reads; as bits, ``targets`` their targets and
     ``row_slices`` each candidate's (shift, mask, targets), to read the outcomes an observer
     returned."""
 
@@ -148,7 +148,7 @@ class Engine(Generic[R, I]):
             for row, shift, mask, targets in plan.row_slices:  # each candidate's outcomes
                 if (outcomes >> shift) & mask == targets:
                     return row
-            wrong = outcomes ^ plan.targets  # the first guard blocking, as blocking_guard finds
+            wrong = outcomes ^ plan.targets  # the first guard blocking, as _refusal finds
             name, _, target = plan.checks[len(plan.checks) - wrong.bit_length()]
             raise self._refused(trigger, status, name, not target, plan, record, inputs)
         for row, checks in plan.candidates:
@@ -244,12 +244,6 @@ class Engine(Generic[R, I]):
         for observer in self._observers:
             observer.fired(_lifecycle(self), row, record, new)
         return new
-
-    def blocking_guard(self, trigger: str, record: R, inputs: I) -> str | None:
-        """The first guard that blocks the first row of ``trigger`` out of ``record``'s status."""
-        plan = self.guard_plan(trigger, str(getattr(record, self.status_field)))
-        return next((name for name, test, target in plan.checks
-                     if bool(test(record, inputs)) is not target), None)
 
     # -- the transitions machine ----------------------------------------------
 
