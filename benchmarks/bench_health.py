@@ -112,7 +112,7 @@ def monitor_on(directory: Path, module: Any, items: int) -> Any:
 def parts(monitor: Any, repeat: int) -> dict[str, float]:
     """lifecycles' two statements alone: the engine's check and the aggregate."""
     store = monitor.store
-    queries = store._health_queries
+    queries = store.rule_queries()
     statement = queries.aggregate
     return {
         "quick_check": median_s(store.integrity_problems, repeat),

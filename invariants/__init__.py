@@ -24,6 +24,15 @@ if TYPE_CHECKING:
         step_invariant,
     )
     from lifecycles.invariants._expressions import Expr, Fields
+    from lifecycles.invariants._store import (
+        GroupLimit,
+        Holding,
+        StoreInvariant,
+        StoreView,
+        at_most_per,
+        store_invariant,
+        unique_across,
+    )
 
 # Each public name and the module that defines it. Nothing is imported until a name is
 # used, so importing the package stays cheap (no driver, no checker, no Hypothesis).
@@ -32,9 +41,14 @@ _DEFINED_IN: dict[str, str] = {
     "FieldRule": "lifecycles.invariants._core",
     "FieldRuleViolation": "lifecycles.invariants._core",
     "Fields": "lifecycles.invariants._expressions",
+    "GroupLimit": "lifecycles.invariants._store",
+    "Holding": "lifecycles.invariants._store",
     "Invariant": "lifecycles.invariants._core",
     "InvariantSet": "lifecycles.invariants._core",
     "InvariantViolation": "lifecycles.invariants._core",
+    "StoreInvariant": "lifecycles.invariants._store",
+    "StoreView": "lifecycles.invariants._store",
+    "at_most_per": "lifecycles.invariants._store",
     "build_record": "lifecycles.invariants._core",
     "canonical_json": "lifecycles.invariants._core",
     "expressed": "lifecycles.invariants._core",
@@ -48,6 +62,8 @@ _DEFINED_IN: dict[str, str] = {
     "non_negative_integer": "lifecycles.invariants._core",
     "one_of": "lifecycles.invariants._core",
     "step_invariant": "lifecycles.invariants._core",
+    "store_invariant": "lifecycles.invariants._store",
+    "unique_across": "lifecycles.invariants._store",
 }
 
 __all__ = [
@@ -55,9 +71,14 @@ __all__ = [
     "FieldRule",
     "FieldRuleViolation",
     "Fields",
+    "GroupLimit",
+    "Holding",
     "Invariant",
     "InvariantSet",
     "InvariantViolation",
+    "StoreInvariant",
+    "StoreView",
+    "at_most_per",
     "build_record",
     "canonical_json",
     "expressed",
@@ -71,6 +92,8 @@ __all__ = [
     "non_negative_integer",
     "one_of",
     "step_invariant",
+    "store_invariant",
+    "unique_across",
 ]
 
 if not TYPE_CHECKING:  # mypy sees the imports above, not a catch-all __getattr__

@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import attrs
 
@@ -34,6 +34,9 @@ from lifecycles.invariants._expressions import (
     python_function,
     str_instance,
 )
+
+if TYPE_CHECKING:
+    from lifecycles.invariants._store import StoreInvariant, StoreView
 
 R = TypeVar("R")
 
@@ -253,17 +256,22 @@ def step_invariant(function: Callable[..., bool]) -> StepInvariant[R]:
 
 
 class InvariantSet(Generic[R]):
-    """All the invariants of one record type, checked together, and the step invariants
-    of its transitions (``steps``), checked on every (before, after) pair a row makes."""
+    """All the invariants of one record type, checked together, the step invariants
+    of its transitions (``steps``), checked on every (before, after) pair a row makes,
+    and the rules over the whole store (``store``, :mod:`lifecycles.invariants._store`),
+    checked wherever every record and the workers are in view."""
 
     def __init__(
         self, code: str, invariants: Iterable[Invariant[R]],
         steps: Iterable[StepInvariant[R]] = (),
+        store: Iterable[StoreInvariant[R]] = (),
     ) -> None:
         self.code = code
         self.invariants: tuple[Invariant[R], ...] = tuple(invariants)
         self.steps: tuple[StepInvariant[R], ...] = tuple(steps)
-        names = [rule.name for rule in self.invariants] + [rule.name for rule in self.steps]
+        self.store: tuple[StoreInvariant[R], ...] = tuple(store)
+        names = ([rule.name for rule in self.invariants] + [rule.name for rule in self.steps]
+                 + [rule.name for rule in self.store])
         duplicated = sorted({name for name in names if names.count(name) > 1})
         if duplicated:
             raise ValueError(f"invariants declared twice: {duplicated}")
@@ -305,6 +313,11 @@ class InvariantSet(Generic[R]):
             if not holds:
                 broken.append(rule.name)
         return broken
+
+    def broken_across(self, view: StoreView[R]) -> list[str]:
+        """Names of the whole-store invariants ``view`` breaks, among those it can answer
+        (a rule about the workers' holdings is not asked without them)."""
+        return [rule.name for rule in self.store if rule.asked_of(view) and not rule.holds(view)]
 
     def check_step(self, before: R, after: R, inputs: Any = None) -> R:
         """Return ``after``, or raise :class:`StepViolation` naming each broken step rule."""

@@ -36,6 +36,15 @@ if TYPE_CHECKING:
         step_invariant,
     )
     from lifecycles.invariants._expressions import Expr, Fields
+    from lifecycles.invariants._store import (
+        GroupLimit,
+        Holding,
+        StoreInvariant,
+        StoreView,
+        at_most_per,
+        store_invariant,
+        unique_across,
+    )
     from lifecycles.machines._audit import FiredBy
     from lifecycles.machines._blocks import (
         Backoff,
@@ -131,9 +140,11 @@ _DEFINED_IN: dict[str, str] = {
     "FilesStore": "lifecycles.stores._files.store",
     "Fire": "lifecycles.machines._work",
     "FiredBy": "lifecycles.machines._audit",
+    "GroupLimit": "lifecycles.invariants._store",
     "Guard": "lifecycles.machines._declaration",
     "Handling": "lifecycles.machines._work",
     "HeldLease": "lifecycles._worker_lease",
+    "Holding": "lifecycles.invariants._store",
     "InputNames": "lifecycles.machines._blocks",
     "Invariant": "lifecycles.invariants._core",
     "InvariantSet": "lifecycles.invariants._core",
@@ -162,7 +173,9 @@ _DEFINED_IN: dict[str, str] = {
     "Store": "lifecycles.stores._base",
     "StoreDamaged": "lifecycles.stores._base",
     "StoreError": "lifecycles.stores._base",
+    "StoreInvariant": "lifecycles.invariants._store",
     "StoreUnavailable": "lifecycles.stores._base",
+    "StoreView": "lifecycles.invariants._store",
     "TransitionRefused": "lifecycles.machines._declaration",
     "UniqueViolation": "lifecycles.stores._base",
     "UntrustedRecord": "lifecycles.stores._files.codec",
@@ -171,6 +184,7 @@ _DEFINED_IN: dict[str, str] = {
     "WorkOutcome": "lifecycles._worker_lease",
     "Worker": "lifecycles._worker",
     "Workers": "lifecycles.machines._interleaving",
+    "at_most_per": "lifecycles.invariants._store",
     "build_record": "lifecycles.invariants._core",
     "canonical_json": "lifecycles.invariants._core",
     "due_in_order": "lifecycles.machines.lease",
@@ -194,9 +208,11 @@ _DEFINED_IN: dict[str, str] = {
     "outcomes": "lifecycles.machines._work",
     "source_of": "lifecycles.machines._blocks",
     "step_invariant": "lifecycles.invariants._core",
+    "store_invariant": "lifecycles.invariants._store",
     "symbolic_row": "lifecycles.machines._symbolic",
     "time_relation": "lifecycles.machines._exploration",
     "trigger_move": "lifecycles.machines._exploration",
+    "unique_across": "lifecycles.invariants._store",
 }
 
 __all__ = [
@@ -217,9 +233,11 @@ __all__ = [
     "FilesStore",
     "Fire",
     "FiredBy",
+    "GroupLimit",
     "Guard",
     "Handling",
     "HeldLease",
+    "Holding",
     "InputNames",
     "Invariant",
     "InvariantSet",
@@ -248,7 +266,9 @@ __all__ = [
     "Store",
     "StoreDamaged",
     "StoreError",
+    "StoreInvariant",
     "StoreUnavailable",
+    "StoreView",
     "TransitionRefused",
     "UniqueViolation",
     "UntrustedRecord",
@@ -258,6 +278,7 @@ __all__ = [
     "Worker",
     "Workers",
     "__version__",
+    "at_most_per",
     "build_record",
     "canonical_json",
     "due_in_order",
@@ -281,9 +302,11 @@ __all__ = [
     "outcomes",
     "source_of",
     "step_invariant",
+    "store_invariant",
     "symbolic_row",
     "time_relation",
     "trigger_move",
+    "unique_across",
 ]
 
 if not TYPE_CHECKING:  # mypy sees the imports above, not a catch-all __getattr__

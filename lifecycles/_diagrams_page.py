@@ -311,7 +311,29 @@ def _invariants(lifecycle: AnyLifecycle) -> list[str]:
         f"A violation names the rule and raises `{lifecycle.invariants.code}`.",
         ("invariant", "meaning"),
         (table_row(f"`{rule.name}`", cell(rule.meaning)) for rule in lifecycle.invariants),
-    ) + _step_invariants(lifecycle)
+    ) + _step_invariants(lifecycle) + _store_invariants(lifecycle)
+
+
+def _store_invariants(lifecycle: AnyLifecycle) -> list[str]:
+    rules = lifecycle.invariants.store
+    if not rules:
+        return []
+
+    def where(rule: Any) -> str:
+        if rule.reads_workers:
+            return "the interleaving and the generated tests with workers (it reads their leases)"
+        form = (f"health: groups of `{rule.sql.field}` over {rule.sql.limit}, counted in SQL"
+                if rule.sql is not None else "health: over every record, in Python")
+        return f"the interleaving, the generated tests, {form}"
+
+    return table_section(
+        "Whole-store invariants",
+        "Rules over every stored record at once (and, in the checker, the leases each worker "
+        "holds): checked in every world the interleaving reaches, after every step of the "
+        "generated tests, and by `health()` where nothing about workers is read.",
+        ("whole-store invariant", "meaning", "checked by"),
+        (table_row(f"`{rule.name}`", cell(rule.meaning), cell(where(rule))) for rule in rules),
+    )
 
 
 def _step_invariants(lifecycle: AnyLifecycle) -> list[str]:

@@ -35,7 +35,9 @@ A *world* is the store's records, the clock and each worker's hand. Its steps:
 
 Checked in every world and on every step: the state and step invariants (by the
 engine, on every write), and the protocol's own properties: **at most one live lease
-per record** (held by a worker, carrying the record's token, not expired); **no
+per record** (held by a worker, carrying the record's token, not expired); every
+**whole-store invariant** (:mod:`lifecycles.invariants._store`), with the workers'
+holdings in view; **no
 completion from a superseded lease is accepted** (a write by a worker must replace the
 record as it leased it: leased status, its own token); **no registered record is lost**;
 and, once the search is complete, **every record keeps a way to a final status** from
@@ -55,6 +57,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import attrs
 
 from lifecycles.invariants._core import InvariantViolation
+from lifecycles.invariants._store import Holding, StoreView
 from lifecycles.machines import _exploration as search
 from lifecycles.machines import lease
 from lifecycles.machines._core import Lifecycle
@@ -198,8 +201,8 @@ class InterleavedStep:
 class Finding:
     """A property that broke, and the shortest interleaving reaching it."""
 
-    kind: str  # invariant, superseded_completion, two_live_leases, record_lost,
-    #            no_way_to_final, error
+    kind: str  # invariant, superseded_completion, two_live_leases, store_invariant,
+    #            record_lost, no_way_to_final, error
     message: str
     rules: tuple[str, ...]
     trace: tuple[InterleavedStep, ...]
@@ -245,10 +248,13 @@ class _Rows:
 
     lifecycle: Lifecycle[Any, Any]
     fired_rows: list[str] = attrs.field(factory=list)
+    last_attempt: str = ""
 
     def attempted(self, lifecycle: Lifecycle[Any, Any], trigger: str, record: Any,
                   inputs: Any) -> None:
-        pass
+        if lifecycle is self.lifecycle:
+            self.last_attempt = (f"{trigger} {lifecycle.key_of(record)} from "
+                                 f"{lifecycle.status_of(record)}")
 
     def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None:
         if lifecycle is self.lifecycle:
@@ -263,14 +269,17 @@ def _worker(index: int) -> str:
 class _Model(Generic[R]):
     """The steps of a world and the properties checked on them."""
 
-    def __init__(self, exploration: Exploration[R], workers: Workers[R]) -> None:
+    def __init__(self, exploration: Exploration[R], workers: Workers[R],
+                 records: Sequence[R] | None = None, token_prefix: str = "lease-") -> None:
         self.lifecycle: Lifecycle[R, Any] = exploration.lifecycle
+        self.token_prefix = token_prefix  # a claim's token: the prefix and a count
         self.declared = lease.declared_lease(self.lifecycle)
         self.abstraction = exploration.abstraction
         self.workers = workers
         handling = self.lifecycle.handling
         self.renewal = handling.renewal if handling is not None else None
-        first = sorted(workers.records(workers.record_count), key=self.lifecycle.key_of)
+        first = sorted(workers.records(workers.record_count) if records is None else records,
+                       key=self.lifecycle.key_of)
         for record in first:
             self.lifecycle.check(record)
         self.keys = tuple(self.lifecycle.key_of(record) for record in first)
@@ -317,6 +326,25 @@ class _Model(Generic[R]):
 
     def at(self, moment: float) -> str:
         return f"t+{moment - self.start:g}s"
+
+    # -- the store the steps run on -----------------------------------------------------
+
+    def store_for(self, world: World[R]) -> Any:
+        """The store a step of ``world`` runs on: a memory store holding its records
+        (the generated tests' model runs the same steps on a real store instead)."""
+        return MemoryStore(self.lifecycle, world.records)
+
+    def records_in(self, store: Any) -> tuple[R, ...]:
+        """The records of ``store`` after a step, in key order."""
+        held: tuple[R, ...] = store.held()
+        return held
+
+    def claim_on(self, store: Any, inputs_for: Callable[[int], Any], limit: int) -> list[R]:
+        """The protocol's claim (``limit`` 1) or batch claim, on ``store``."""
+        if limit == 1:
+            one = lease.claim(store, self.lifecycle, inputs_for(0))
+            return [] if one is None else [one]
+        return lease.claim_many(store, self.lifecycle, inputs_for, limit)
 
     # -- the steps ---------------------------------------------------------------------
 
@@ -380,7 +408,7 @@ class _Model(Generic[R]):
             return (attrs.evolve(world, workers=tuple(hands)),
                     f"stops, leaving its lease{'s' if len(hand) > 1 else ''} {left} to expire",
                     False)
-        store = MemoryStore(self.lifecycle, world.records)
+        store = self.store_for(world)
         if action == "renew":
             held = hand[choice]
             renewal = self.renewal
@@ -393,32 +421,33 @@ class _Model(Generic[R]):
             # hand, and its completion will be refused in turn.
             if renewed is not None:
                 hands[index] = (*hand[:choice], Held(renewed, held.token), *hand[choice + 1:])
-            return attrs.evolve(world, records=store.held(), workers=tuple(hands)), said, refused
+            return (attrs.evolve(world, records=self.records_in(store), workers=tuple(hands)),
+                    said, refused)
         position, way = self._chosen(world, actor, hand, choice)
         hands[index] = hand[:position] + hand[position + 1:]
         refused, said = self._complete(store, world, index, hand[position], way)
-        return attrs.evolve(world, records=store.held(), workers=tuple(hands)), said, refused
+        return (attrs.evolve(world, records=self.records_in(store), workers=tuple(hands)),
+                said, refused)
 
     def _claim(self, world: World[R], index: int, limit: int) -> tuple[World[R], str, bool]:
         """``limit`` 1: a claim (:func:`lease.claim`); more: a batch (:func:`lease.claim_many`)."""
-        store = MemoryStore(self.lifecycle, world.records)
+        store = self.store_for(world)
         name = _worker(index)
 
         def inputs_for(number: int) -> Any:  # each lease its own fresh token
-            return self.workers.inputs(world.now, name, f"lease-{world.minted + number + 1}")
+            return self.workers.inputs(world.now, name,
+                                       f"{self.token_prefix}{world.minted + number + 1}")
 
         rows = _Rows(self.lifecycle)
         said = f"claims{f' up to {limit}' if limit > 1 else ''} at {self.at(world.now)}"
         try:
             with self.lifecycle.observing(rows):
-                if limit == 1:
-                    one = lease.claim(store, self.lifecycle, inputs_for(0))
-                    granted = [] if one is None else [one]
-                else:
-                    granted = lease.claim_many(store, self.lifecycle, inputs_for, limit)
+                granted = self.claim_on(store, inputs_for, limit)
         except InvariantViolation as error:
-            raise _Broken("invariant", f"the claim broke a rule: {error}",
-                          tuple(getattr(error, "rules", ())), said) from error
+            before = f"; fired before it: {', '.join(rows.fired_rows)}" if rows.fired_rows else ""
+            raise _Broken("invariant", f"the claim broke a rule at {rows.last_attempt}: "
+                          f"{error}{before}", tuple(getattr(error, "rules", ())),
+                          f"{said}: {rows.last_attempt} broke a rule") from error
         hands = list(world.workers)
         said += (": " + ", then ".join(rows.fired_rows) if rows.fired_rows else ": nothing due")
         # The worker works under the token each claimed record carries, as run_once does:
@@ -427,7 +456,7 @@ class _Model(Generic[R]):
         for held in hands[index]:
             said += f"; holds {self.lifecycle.key_of(held.record)} under {held.token}"
         minted = world.minted + len(granted)
-        return World(store.held(), world.now, tuple(hands), minted), said, not granted
+        return World(self.records_in(store), world.now, tuple(hands), minted), said, not granted
 
     def _complete(self, store: MemoryStore[R], world: World[R], index: int, held: Held[R],
                   choice: int) -> tuple[bool, str]:
@@ -464,7 +493,8 @@ class _Model(Generic[R]):
         except InvariantViolation as error:
             raise _Broken("invariant", f"{name}'s step broke a rule: {error}",
                           tuple(getattr(error, "rules", ())), said + "refused") from error
-        now_status = self.lifecycle.status_of(store.held()[self.keys.index(key)])
+        stored_now = store.get(key)
+        now_status = "gone" if stored_now is None else self.lifecycle.status_of(stored_now)
         said += f"{', '.join(trigger for trigger, _ in written)} accepted -> {now_status}"
         for trigger, on in written:
             if (self.lifecycle.status_of(on) != self.lifecycle.leased
@@ -478,10 +508,9 @@ class _Model(Generic[R]):
 
     def check(self, world: World[R]) -> None:
         """The properties of one world (the invariants were checked on every write)."""
-        keys = tuple(self.lifecycle.key_of(record) for record in world.records)
-        if keys != self.keys:
-            raise _Broken("record_lost", f"records {sorted(set(self.keys) - set(keys))} "
-                          "were lost")
+        lost = self.lost(world)
+        if lost:
+            raise _Broken("record_lost", f"records {lost} were lost")
         for record in world.records:
             if (self.lifecycle.status_of(record) != self.lifecycle.leased
                     or lease.is_expired(self.lifecycle, record, world.now)):
@@ -495,6 +524,40 @@ class _Model(Generic[R]):
                 raise _Broken("two_live_leases",
                               f"{' and '.join(holders)} both hold the live lease "
                               f"{self._token(record)} of {key}")
+        if self.lifecycle.invariants.store:
+            view = self.view(world)
+            broken = self.lifecycle.invariants.broken_across(view)
+            if broken:
+                raise _Broken("store_invariant", f"the store breaks {', '.join(broken)}: "
+                              f"{self.describe(view)}", tuple(broken))
+
+    def lost(self, world: World[R]) -> list[str]:
+        """The keys of the records registered that ``world`` no longer holds."""
+        keys = tuple(self.lifecycle.key_of(record) for record in world.records)
+        return [] if keys == self.keys else sorted(set(self.keys) - set(keys))
+
+    def view(self, world: World[R]) -> StoreView[R]:
+        """``world`` as a whole-store invariant reads it, with each worker's holdings."""
+        stored = {self.lifecycle.key_of(record): record for record in world.records}
+
+        def live(held: Held[R]) -> bool:
+            record = stored.get(self.lifecycle.key_of(held.record))
+            return (record is not None and self.lifecycle.status_of(record) == self.lifecycle.leased
+                    and self._token(record) == held.token
+                    and not lease.is_expired(self.lifecycle, record, world.now))
+
+        holdings = tuple(Holding(_worker(index), held.record, held.token, live(held))
+                         for index, hand in enumerate(world.workers) for held in hand)
+        return StoreView(world.records, lambda r: str(self.lifecycle.status_of(r)), world.now,
+                         holdings)
+
+    def describe(self, view: StoreView[R]) -> str:
+        """Each record's status and each live lease, for a broken whole-store rule."""
+        records = ", ".join(f"{self.lifecycle.key_of(r)} {view.status_of(r)}"
+                            for r in view.records)
+        leases = "; ".join(f"{h.worker} holds {self.lifecycle.key_of(h.record)} under {h.token}"
+                           for h in view.holdings or () if h.live) or "no live lease"
+        return f"{records}; {leases}"
 
     def final(self, world: World[R], position: int) -> bool:
         return self.lifecycle.status_of(world.records[position]) in self.lifecycle.final
@@ -508,24 +571,32 @@ def _step_of(model: _Model[R], world: World[R], action: tuple[str, str, int]
     except _Broken:
         raise
     except Exception as error:  # any other escape is a finding, not a crash
-        raise _Broken("error", f"{actor} {kind}: {type(error).__name__}: {error}") from error
-    model.check(after)
+        # The trace prints the actor before this: "worker-2 claim raised ...".
+        raise _Broken("error", f"{kind} raised {type(error).__name__}: {error}") from error
+    try:
+        model.check(after)
+    except _Broken as broken:  # the step went through: say what it did
+        broken.said = broken.said or said
+        raise
     return after, InterleavedStep(actor, kind, choice, said), refused
 
 
 def explore_workers(exploration: Exploration[R], workers: Workers[R] | None = None,
                     start: World[R] | None = None,
                     progress: Callable[[InterleavingResult], None] | None = None,
-                    ) -> InterleavingResult:
+                    token_prefix: str = "lease-") -> InterleavingResult:
     """Breadth-first search of every world the workers can reach (from ``start``,
     default the declared records, all due, every worker idle); the first property to
     break is the finding, with the shortest interleaving to it. ``progress`` hears the
     figures so far about once a second once the search has run
-    :data:`~lifecycles.machines._exploration.PROGRESS_AFTER` seconds."""
+    :data:`~lifecycles.machines._exploration.PROGRESS_AFTER` seconds. Claims mint
+    the tokens ``token_prefix`` 1, 2...: from a ``start`` whose records carry tokens of
+    that form, another prefix keeps the new ones new."""
     declared = workers or exploration.workers
     if declared is None:
         raise ValueError(f"{exploration.lifecycle.name} declares no workers to explore")
-    model = _Model(exploration, declared)
+    model = _Model(exploration, declared, None if start is None else start.records,
+                   token_prefix)
     result = InterleavingResult(exploration.lifecycle.name, declared.count,
                                 declared.record_count)
     started = time.perf_counter()

@@ -3,7 +3,9 @@
 :class:`HealthQueries` builds, for one SQL store, the statement that answers integrity,
 broken rows, counts per status, due and expired at once (the rules rendered by
 :mod:`lifecycles.stores._sql_rules`), and the follow-up that names the broken rules and
-the first broken keys only when a rule is broken.
+the first broken keys only when a rule is broken. Each whole-store invariant with a SQL
+form (:class:`~lifecycles.invariants._store.GroupLimit`) is one more count: the groups
+over its limit.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from lifecycles.invariants._core import (
     field_rules,
 )
 from lifecycles.invariants._expressions import Attr
+from lifecycles.invariants._store import GroupLimit, StoreView
 from lifecycles.stores._sql_lease import due_clause, expired_clause
 from lifecycles.stores._sql_rules import BROKEN_ROWS_SHOWN, NoSQLForm, RuleSQL, rules_in_sql
 
@@ -91,6 +94,9 @@ class Health:
     broken_rules: tuple[str, ...] = ()
     integrity: tuple[str, ...] = ()
     python_only: tuple[str, ...] = ()
+    store_violations: Mapping[str, int] = attrs.field(factory=dict)
+    """The whole-store invariants broken (:mod:`lifecycles.invariants._store`): for a rule
+    with a SQL form, how many groups are over its limit; for one without, 1."""
 
     def raise_broken(self) -> None:
         """Raise :class:`InvariantViolation` (the lifecycle's code, the rules, the keys)
@@ -142,7 +148,26 @@ class HealthQueries:
             **{c.invariant.name: c.why for c in self.invariant_checks if c.sql is None},
             **({"record_shape": f"decoded columns {undecoded}"} if undecoded else {}),
         }
+        # Whole-store rules, but those about workers' holdings: nothing stored says them.
+        across = [rule for rule in lifecycle.invariants.store if not rule.reads_workers]
+        self.store_counts = {rule.name: self._groups_over(schema, rule.sql)
+                             for rule in across if rule.sql is not None}
+        """For each whole-store invariant with a SQL form: the statement counting the
+        groups over its limit."""
+        self.store_in_python = [rule for rule in across if rule.sql is None]
+        self.python_only += tuple(rule.name for rule in self.store_in_python)
+        self.reasons.update({rule.name: "declared as a Python function over every record"
+                             for rule in self.store_in_python})
         self._build(schema)
+
+    def _groups_over(self, schema: SQLSchema, limit: GroupLimit) -> str:
+        d = self.dialect
+        column, status = d.quote(limit.field), d.quote(self.lifecycle.status_field)
+        among = (f" AND {status} IN ({', '.join(map(d.literal, limit.statuses))})"
+                 if limit.statuses else "")
+        return (f"SELECT count(*) FROM (SELECT {column} FROM {d.quote(schema.table)} "
+                f"WHERE {column} IS NOT NULL{among} GROUP BY {column} "
+                f"HAVING count(*) > {int(limit.limit)}) AS over_limit")
 
     @staticmethod
     def _field_check(renderer: RuleSQL, field: str, rule: FieldRule) -> FieldCheck:
@@ -332,9 +357,19 @@ class HealthQueries:
         problems = store.integrity_problems(constraints=not covered)
         if problems:
             return Health(code, integrity=tuple(problems))
-        if self.python_only:
+        store_violations: dict[str, int] = {}
+        if self.store_in_python:  # every record at once, as the rules read them
+            view = StoreView(tuple(store.scan()), lambda r: str(self.lifecycle.status_of(r)),
+                             now)
+            store_violations.update({rule.name: 1 for rule in self.store_in_python
+                                     if not rule.holds(view)})
+        elif self.python_only:
             for _ in store.scan():
                 pass
+        for name, statement in self.store_counts.items():
+            ((over,),) = fetch(statement, ())
+            if over:
+                store_violations[name] = int(over)
         (row,) = fetch(self.aggregate, [now, now] if self.leased else [])
         total, broken, *numbers = (int(value or 0) for value in row)
         if broken and covered:
@@ -355,7 +390,7 @@ class HealthQueries:
             keys, rules = self._first_broken(fetch)
         return Health(
             code, total, broken, counts, due, expired, violations, keys, rules,
-            python_only=self.python_only,
+            python_only=self.python_only, store_violations=dict(sorted(store_violations.items())),
         )
 
     def _first_broken(self, fetch: Fetch) -> tuple[tuple[str, ...], tuple[str, ...]]:

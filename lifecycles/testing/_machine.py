@@ -6,7 +6,9 @@ table, see :mod:`lifecycles.machines._exploration`) and a store factory into a H
 
 * ``create`` (first, then up to ``max_records`` more times): admit a record drawn
   from the lifecycle's ``new_records`` strategy (repeating a key is idempotent: the
-  stored record must not change);
+  stored record must not change; once every record is final it tries for a new key);
+  ``create_again`` (up to ``max_records`` times, at least 3) repeats a creation already made, in
+  whatever status its record is now;
 * one rule per move (a move per trigger, or a named function beside the table that
   chooses among triggers, like the monitor's ``complete_with_answer``), enabled only
   when some stored record holds a status the table lets it fire from; it draws a record
@@ -36,15 +38,17 @@ as exercised and is reported as "fired, failed".
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
+from lifecycles.invariants._store import StoreView
 from lifecycles.machines._core import Lifecycle
 from lifecycles.machines._coverage import Coverage
 from lifecycles.machines._declaration import Row, TransitionRefused
 from lifecycles.machines._exploration import Exploration, Move
+from lifecycles.machines._interleaving import World
 
 if TYPE_CHECKING:
     from hypothesis import settings as Settings
@@ -119,9 +123,10 @@ def build_state_machine(
     *,
     name: str | None = None,
     record_coverage: bool = True,
-    max_records: int = 3,
+    max_records: int | None = None,
     teardown: Callable[[S], None] | None = None,
     lease_protocol: bool = True,
+    workers: int | None = None,
 ) -> type[RuleBasedStateMachine]:
     """A ``RuleBasedStateMachine`` driving ``subject`` on fresh stores from ``store_factory``.
 
@@ -131,13 +136,22 @@ def build_state_machine(
     the session's coverage report and ``--lifecycles-require-coverage`` (for machines
     built to fail, like a defect demonstration). The class's ``coverage`` attribute holds
     the counts either way. Every run starts by creating one record, and ``create`` may
-    run ``max_records`` times more (a repeated key is an idempotent insert; more when
-    every record is final), so the remaining steps go to transitions.
+    run ``max_records`` times more (default 3, or with workers 2 or the records their
+    interleaving explores, if more; a repeated key is an idempotent insert; more when every
+    record is final), so the remaining steps go to transitions.
     ``teardown(store)`` runs after each example (close a connection, say). For a
-    leased lifecycle whose exploration declares ``lease_inputs``, a ``claim_due`` rule
-    also runs the lease protocol (``Store.claim``, ``Store.claim_many``) against the
-    memory store's answers; ``lease_protocol=False`` leaves it out (on the memory
-    store itself it would compare the store with itself).
+    leased lifecycle whose exploration declares its ``workers``, ``workers`` of them
+    (default the declared count; 0 for none) claim, complete, renew and stop through
+    the real lease protocol on the store while the clock moves
+    (:mod:`lifecycles.testing._workers`); each of their steps is checked against the
+    memory store's, unless ``lease_protocol=False`` (on the memory store itself it
+    would compare the store with itself). Without workers, an exploration declaring
+    ``lease_inputs`` gets a ``claim_due`` rule: ``Store.claim`` and
+    ``Store.claim_many`` at any instant, against the memory store's answers.
+    Along every example each record's path is watched for a cycle the exploration
+    does not accept (the record back in a state it held, by the exploration's
+    abstraction, through triggers no ``AcceptedCycle`` declares), as the checker's
+    liveness check would report it.
     Use it as ``TestX = build_state_machine(...).TestCase``: its settings are the profile
     loaded when ``.TestCase`` is read, without the explain phase.
     """
@@ -155,7 +169,19 @@ def build_state_machine(
     factory_name = getattr(store_factory, "__name__", type(store_factory).__name__)
     label = name or f"{lifecycle.name} on {factory_name}"
     coverage = StepCoverage(lifecycle)
+    new_records = exploration.new_record_strategy()
+    repeats = max(3, max_records)  # create_again's budget per example
     movable = frozenset().union(*(exploration.sources(move) for move in exploration.moves))
+    declared_workers = exploration.workers if lifecycle.lease is not None else None
+    if declared_workers is not None and workers != 0:
+        declared_workers = declared_workers.sized(workers)
+    else:
+        declared_workers = None
+    worker_count = 0 if declared_workers is None else declared_workers.count
+    if max_records is None:
+        # With workers, fewer: the steps go to what workers do to each other on the
+        # same records (a late completion needs its record claimed again).
+        max_records = 3 if declared_workers is None else max(2, declared_workers.record_count)
 
     class LifecycleMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -163,7 +189,16 @@ def build_state_machine(
             self.store: S = store_factory()
             self.model: dict[str, R] = {}
             self.steps: list[str] = []
-            self.creates = 0
+            self.creates = self.repeats = 0
+            self.created: dict[str, R] = {}  # each record as it was first created
+            self.paths: dict[str, list[tuple[Hashable, frozenset[str]]]] = {}
+            self.watch = _Progress(lifecycle)
+            # The workers' side (lifecycles.testing._workers): the clock, once a worker
+            # acted, each worker's hand, the tokens minted, the steps' model on the store.
+            self.clock: float | None = None
+            self.hands: tuple[tuple[Any, ...], ...] = ((),) * worker_count
+            self.minted = 0
+            self.on_store: Any = None
             if record_coverage:
                 COVERAGE_RUNS.setdefault(label, coverage)
 
@@ -177,8 +212,57 @@ def build_state_machine(
             return case
 
         def teardown(self) -> None:
-            if teardown is not None:
-                teardown(self.store)
+            try:
+                self.check_at_end()
+            finally:
+                if teardown is not None:
+                    teardown(self.store)
+
+        def check_store_invariants(self, records: tuple[R, ...]) -> None:
+            """Every whole-store invariant, with the workers' holdings once they acted."""
+            if self.on_store is not None and self.clock is not None:
+                view = self.on_store.view(World(records, self.clock, self.hands))
+            else:
+                view = StoreView(records, lambda r: str(lifecycle.status_of(r)), self.clock)
+            broken = lifecycle.invariants.broken_across(view)
+            if broken:
+                described = ("" if self.on_store is None
+                             else f": {self.on_store.describe(view)}")
+                raise self.failure(f"the store breaks {', '.join(broken)}{described}")
+
+        def check_at_end(self) -> None:
+            """What must hold once an example is over (the workers' rules add to it)."""
+
+        def progress_watch(self) -> _Progress:
+            """A fresh observer of the rows a step fires, read by :meth:`progressed`."""
+            self.watch = _Progress(lifecycle)
+            return self.watch
+
+        def progressed(self, before: dict[str, R]) -> None:
+            """Each record a step changed (``before``: the model before it), on its path:
+            back in a state it held, through triggers no accepted cycle declares, is a
+            cycle the checker would report. The triggers are those the step fired on the
+            record (an attempt whose compare-and-set lost fired one too: never fewer)."""
+            for key, triggers in self.watch.triggers.items():
+                after = self.model.get(key)
+                if after is None or after == before.get(key):
+                    continue
+                if lifecycle.status_of(after) in lifecycle.final:
+                    self.paths.pop(key, None)
+                    continue
+                state = exploration.abstraction(after)
+                path = self.paths.setdefault(key, [])
+                earlier = next((n for n, (seen, _) in enumerate(path) if seen == state), None)
+                if earlier is None:
+                    path.append((state, frozenset(triggers)))
+                    continue
+                fired = frozenset(triggers).union(*(t for _, t in path[earlier + 1:]))
+                if not any(fired <= cycle.triggers for cycle in exploration.accepted_cycles):
+                    raise self.failure(
+                        f"{key} is back in a state it held ({lifecycle.status_of(after)}, "
+                        f"{state!r}) through {', '.join(sorted(fired))}: a cycle without a "
+                        "final status that no AcceptedCycle declares")
+                del path[earlier + 1:]
 
         def can_move(self) -> bool:
             return any(str(lifecycle.status_of(r)) in movable for r in self.model.values())
@@ -191,13 +275,37 @@ def build_state_machine(
             trace = "\n".join(f"  {n}. {s}" for n, s in enumerate(self.steps, 1))
             return StepFailed(f"{label}: {message}\nsteps of this example:\n{trace}")
 
+        @precondition(lambda self: self.creates < max_records or not self.can_move())
+        @rule(data=st.data())
+        def create(self, data: st.DataObject) -> None:
+            record = data.draw(new_records, label="record")
+            if lifecycle.key_of(record) in self.model and not self.can_move():
+                # Every record is final: a new key gives the example a life again (a
+                # repeated creation is create_again's to make).
+                record = self.renamed(record)
+            self.insert(record)
+
+        def renamed(self, record: R) -> R:
+            """``record`` under a key not stored yet, if its rules allow one."""
+            key = lifecycle.key_of(record)
+            for number in range(2, 100):
+                fresh = f"{key.rstrip('0123456789')}{number}" if key[-1:].isdigit() else \
+                    f"{key}-{number}"
+                if fresh in self.model:
+                    continue
+                try:
+                    renamed: R = lifecycle.check(attrs.evolve(  # type: ignore[misc]
+                        record, **{lifecycle.key_field: fresh}))
+                except Exception:  # the key's own rules refuse it: keep the repeat
+                    return record
+                return renamed
+            return record
+
         @initialize(record=exploration.new_record_strategy())
         def create_first(self, record: R) -> None:
-            self.create(record)
+            self.insert(record)
 
-        @precondition(lambda self: self.creates < max_records or not self.can_move())
-        @rule(record=exploration.new_record_strategy())
-        def create(self, record: R) -> None:
+        def insert(self, record: R) -> None:
             key = lifecycle.key_of(record)
             self.creates += 1
             self.steps.append(f"create {key}")
@@ -208,6 +316,20 @@ def build_state_machine(
             else:
                 self.expect(stored == record, f"insert of {key} returned another")
                 self.model[key] = record
+                self.created[key] = record
+                if lifecycle.status_of(record) not in lifecycle.final:
+                    self.paths[key] = [(exploration.abstraction(record), frozenset())]
+
+        @precondition(lambda self: bool(self.created) and self.repeats < repeats)
+        @rule(data=st.data())
+        def create_again(self, data: st.DataObject) -> None:
+            # The same creation repeated (a client retrying), whatever status the record
+            # reached since: a budget of its own, so every status meets one.
+            key = data.draw(st.sampled_from(sorted(self.created)), label="key")
+            self.repeats += 1
+            self.steps.append(f"create {key} again")
+            stored = self.store.insert(self.created[key])
+            self.expect(stored == self.model[key], f"insert of {key} again changed it")
 
         @invariant()
         def every_record_valid_none_lost(self) -> None:
@@ -220,6 +342,8 @@ def build_state_machine(
                 broken = lifecycle.invariants.broken(record)
                 self.expect(not broken, f"{key} breaks {broken}")
                 self.expect(record == self.model[key], f"{key} differs from the model")
+            if lifecycle.invariants.store:
+                self.check_store_invariants(tuple(stored[key] for key in sorted(stored)))
             counts = self.store.count_by_status()
             expected = {status.value: 0 for status in lifecycle.statuses}
             for record in self.model.values():
@@ -263,7 +387,8 @@ def build_state_machine(
                 return fired
 
             try:
-                with lifecycle.observing(coverage), machine.store.transaction():
+                with (lifecycle.observing(coverage), lifecycle.observing(machine.progress_watch()),
+                      machine.store.transaction()):
                     current = machine.store.get(key)
                     if current is None:
                         raise machine.failure(f"{key} vanished")
@@ -289,8 +414,10 @@ def build_state_machine(
                 machine.steps[-1] += f" -> refused {outcome.code}"
                 return
             machine.expect(outcome == expected, "store and pure machine disagree")
+            earlier = dict(machine.model)
             machine.model[key] = outcome
             machine.steps[-1] += f" -> {lifecycle.status_of(outcome)}"
+            machine.progressed(earlier)
 
         step.__name__ = move.name
         guarded = precondition(enabled)(rule(data=st.data())(step))
@@ -298,12 +425,33 @@ def build_state_machine(
 
     for move in exploration.moves:
         add_move_rule(move)
-    if lease_protocol and lifecycle.lease is not None and exploration.lease_inputs is not None:
+    if declared_workers is not None:
+        from lifecycles.testing._workers import add_worker_rules
+
+        add_worker_rules(LifecycleMachine, exploration, declared_workers, coverage,
+                         compare=lease_protocol)
+    elif lease_protocol and lifecycle.lease is not None and exploration.lease_inputs is not None:
         add_claim_rule(LifecycleMachine, lifecycle, exploration.lease_inputs, coverage)
     LifecycleMachine.__name__ = f"{lifecycle.name.title()}StateMachine"
     LifecycleMachine.__qualname__ = LifecycleMachine.__name__
     LifecycleMachine.coverage = coverage
     return LifecycleMachine
+
+
+@attrs.define
+class _Progress:
+    """An observer of one step: the triggers of the rows it fired, by record."""
+
+    lifecycle: Lifecycle[Any, Any]
+    triggers: dict[str, list[str]] = attrs.field(factory=dict)
+
+    def attempted(self, lifecycle: Lifecycle[Any, Any], trigger: str, record: Any,
+                  inputs: Any) -> None:
+        pass
+
+    def fired(self, lifecycle: Lifecycle[Any, Any], row: Row, before: Any, after: Any) -> None:
+        if lifecycle is self.lifecycle and before != after:  # no change, no progress
+            self.triggers.setdefault(lifecycle.key_of(after), []).append(row.trigger)
 
 
 def add_claim_rule(
@@ -344,15 +492,23 @@ def add_claim_rule(
         reference: MemoryStore[Any] = MemoryStore(lifecycle)
         for record in machine.model.values():
             reference.insert(record)
-        with lifecycle.observing(coverage):
-            if limit == 1:
-                got = machine.store.claim(inputs_for(0))
-                granted = [] if got is None else [got]
-            else:
-                granted = machine.store.claim_many(inputs_for, limit)
-        expected_one = reference.claim(inputs_for(0)) if limit == 1 else None
-        expected = (([] if expected_one is None else [expected_one]) if limit == 1
-                    else reference.claim_many(inputs_for, limit))
+        try:
+            with lifecycle.observing(coverage):
+                if limit == 1:
+                    got = machine.store.claim(inputs_for(0))
+                    granted = [] if got is None else [got]
+                else:
+                    granted = machine.store.claim_many(inputs_for, limit)
+        except Exception as error:  # with the steps so far, not raw
+            raise machine.failure(f"claim_due raised {type(error).__name__}: {error}"
+                                  ) from error
+        try:
+            expected_one = reference.claim(inputs_for(0)) if limit == 1 else None
+            expected = (([] if expected_one is None else [expected_one]) if limit == 1
+                        else reference.claim_many(inputs_for, limit))
+        except Exception as error:
+            raise machine.failure(f"claim_due on the memory store raised "
+                                  f"{type(error).__name__}: {error}") from error
         machine.expect(granted == expected, f"claimed {granted!r}, the protocol {expected!r}")
         machine.model = {lifecycle.key_of(r): r for r in reference.scan()}
         machine.steps[-1] += f" -> {[lifecycle.key_of(r) for r in granted]}"

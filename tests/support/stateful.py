@@ -22,12 +22,14 @@ def close_sqlite(store: SQLiteStore[Any]) -> None:
 
 
 def on_memory_and_sqlite(
-    lifecycle: Any, label: str, schema: Callable[[], Any] | None = None
+    lifecycle: Any, label: str, schema: Callable[[], Any] | None = None,
+    workers: int | None = None,
 ) -> tuple[type, type]:
     """The generated test cases of ``lifecycle`` on a ``MemoryStore`` and on a
     ``SQLiteStore`` with a fresh database file per example (``schema()``'s schema, or
     the generic one derived from the record), labelled ``"<label> on <store>"``; the
-    SQLite one also runs the lease protocol (``claim_due``) against the memory store.
+    SQLite one also checks each workers' step (or, with ``workers=0``, the protocol's
+    claims at any instant, ``claim_due``) against the memory store.
 
     ``synchronous = OFF``: these tests check the SQL against the pure machine, not crash
     durability (the crash tests do that), and an fsync per step would make them ten
@@ -47,8 +49,9 @@ def on_memory_and_sqlite(
     return (
         # The memory store is the protocol's reference: its machine runs the moves alone.
         build_state_machine(lifecycle, memory_store, name=f"{label} on MemoryStore",
-                            lease_protocol=False).TestCase,
+                            lease_protocol=False, workers=workers).TestCase,
         build_state_machine(
-            lifecycle, sqlite_store, name=f"{label} on SQLiteStore", teardown=close_sqlite
+            lifecycle, sqlite_store, name=f"{label} on SQLiteStore", teardown=close_sqlite,
+            workers=workers,
         ).TestCase,
     )

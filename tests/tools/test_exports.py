@@ -33,11 +33,11 @@ MACHINES = [
     "trigger_move",
 ]
 INVARIANTS = [
-    "Expr", "FieldRule", "FieldRuleViolation", "Fields", "Invariant", "InvariantSet",
-    "InvariantViolation", "build_record", "canonical_json", "expressed", "field_rules",
-    "finite_time",
+    "Expr", "FieldRule", "FieldRuleViolation", "Fields", "GroupLimit", "Holding", "Invariant",
+    "InvariantSet", "InvariantViolation", "StoreInvariant", "StoreView", "at_most_per",
+    "build_record", "canonical_json", "expressed", "field_rules", "finite_time",
     "integer_between", "invariant", "is_integer", "is_time", "matches",
-    "non_negative_integer", "one_of", "step_invariant",
+    "non_negative_integer", "one_of", "step_invariant", "store_invariant", "unique_across",
 ]
 STORES = [
     "CommitUncertain", "FilesStore", "MemoryStore", "PostgresStore", "SQLSchema", "SQLiteStore",

@@ -47,7 +47,8 @@ def failing_steps(error: StepFailed) -> list[str]:
 
 def test_the_generated_test_finds_the_reference_defect_with_a_short_trace() -> None:
     defective = load_exploration(f"{DEFECT_MODULE}:DEFECT_PUT_BACK")
-    machine = build_state_machine(defective, memory_store, record_coverage=False)
+    # The moves alone: the defect is in an answer's handling, which the moves draw.
+    machine = build_state_machine(defective, memory_store, record_coverage=False, workers=0)
     with pytest.raises(StepFailed) as raised:
         run_state_machine_as_test(machine, settings=FINDING)
     message = str(raised.value)
@@ -56,8 +57,8 @@ def test_the_generated_test_finds_the_reference_defect_with_a_short_trace() -> N
     # Shrunk to: create, claim, then the answer without an error code.
     assert len(steps) <= 4, message
     assert steps[0].startswith("create ")
-    # Either claim rule: the move's own, or the lease protocol's (claim_due); which one
-    # the shrunk trace keeps depends on what ran before in the process.
+    # Either claim: the move's own, or the lease protocol's (claim_due); which one the
+    # shrunk trace keeps depends on what ran before in the process.
     assert any(step.startswith(("claim ", "claim_due ")) for step in steps), message
     assert re.search(r"(observe_progress|observe_failure) .*(without error|generated)",
                      steps[-1]), message
@@ -71,7 +72,7 @@ def test_the_generated_test_finds_the_reference_defect_with_a_short_trace() -> N
 
 
 def test_the_fixed_monitor_passes_the_same_run() -> None:
-    machine = build_state_machine(EXPLORATION, memory_store, record_coverage=False)
+    machine = build_state_machine(EXPLORATION, memory_store, record_coverage=False, workers=0)
     # More examples than finding a bug needs: every row must fire, the repeated
     # registration out of each of the six statuses included.
     run_state_machine_as_test(machine, settings=settings(FINDING, max_examples=300))
@@ -109,9 +110,12 @@ class MisorderedStore(MemoryStore[MonitorRecord]):
 @pytest.mark.parametrize(
     ("store_class", "finding"),
     # A forgetful store is met by a move's read-back or by the protocol's claim, first.
-    [(LosingStore, "records lost"),
-     (ForgetfulStore, "differs from the model|claimed .*, the protocol"),
-     (MisorderedStore, "claimed .*, the protocol")],
+    # A lost record is met by the machine's read-back, or by a worker's step first.
+    [(LosingStore, "records lost|records after worker-. .* differ from the memory store's"),
+     (ForgetfulStore, "differs from the model|claimed .*, the protocol"
+                      "|records after worker-. .* differ from the memory store's"),
+     (MisorderedStore, "claimed .*, the protocol|records after worker-. claim"
+                       ".* differ from the memory store's")],
 )
 def test_store_bugs_are_found(store_class: type[MemoryStore[MonitorRecord]], finding: str
                               ) -> None:
@@ -125,8 +129,14 @@ def test_rules_are_one_per_move_with_table_preconditions() -> None:
     machine: Any = build_state_machine(EXPLORATION, memory_store, record_coverage=False)
     state = machine()
     names = {rule.function.__name__ for rule in state.rules}
-    # One rule per move, and the lease protocol itself (claim, claim_many) as claim_due.
-    assert names == {"create", "claim_due", *(move.name for move in EXPLORATION.moves)}
+    # One rule per move, and the declared workers on the lease protocol.
+    assert names == {"create", "create_again", "workers_act",
+                     *(move.name for move in EXPLORATION.moves)}
+    without: Any = build_state_machine(EXPLORATION, memory_store, record_coverage=False,
+                                       workers=0)
+    # Without workers, the protocol's claims at any instant (claim, claim_many).
+    assert {rule.function.__name__ for rule in without().rules} == (
+        names - {"workers_act"} | {"claim_due"})
     assert {move.name for move in EXPLORATION.moves} == set(MONITOR.triggers)
     assert not state.can_move()  # no record yet: every trigger rule is disabled
     enabled = [rule for rule in state.rules if all(p(state) for p in rule.preconditions)]
@@ -141,14 +151,14 @@ REQUIRE_COVERAGE_TEST = """
     import attrs
     from hypothesis import settings
 
-    # Without the expire_lease move (and the protocol's claims, which rescue expired
-    # leases) the generated test can never fire its rows.
+    # Without the expire_lease move (and the protocol's claims or workers, which rescue
+    # expired leases) the generated test can never fire its rows.
     NARROW = attrs.evolve(
         EXPLORATION, moves=tuple(m for m in EXPLORATION.moves if m.name != "expire_lease"),
         lease_inputs=None,
     )
     TestNarrow = build_state_machine(
-        NARROW, lambda: MemoryStore(MONITOR), name="narrow monitor"
+        NARROW, lambda: MemoryStore(MONITOR), name="narrow monitor", workers=0
     ).TestCase
     TestNarrow.settings = settings(max_examples=10, stateful_step_count=5, deadline=None)
 """
