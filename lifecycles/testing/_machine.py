@@ -170,7 +170,6 @@ def build_state_machine(
     label = name or f"{lifecycle.name} on {factory_name}"
     coverage = StepCoverage(lifecycle)
     new_records = exploration.new_record_strategy()
-    repeats = max(3, max_records)  # create_again's budget per example
     movable = frozenset().union(*(exploration.sources(move) for move in exploration.moves))
     declared_workers = exploration.workers if lifecycle.lease is not None else None
     if declared_workers is not None and workers != 0:
@@ -182,6 +181,7 @@ def build_state_machine(
         # With workers, fewer: the steps go to what workers do to each other on the
         # same records (a late completion needs its record claimed again).
         max_records = 3 if declared_workers is None else max(2, declared_workers.record_count)
+    repeats = max(3, max_records)  # create_again's budget per example
 
     class LifecycleMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
