@@ -79,6 +79,7 @@ if TYPE_CHECKING:
         trigger_move,
     )
     from lifecycles.machines._interleaving import (
+        ExternalEffect,
         Work,
         Workers,
         explore_workers,
@@ -134,6 +135,7 @@ _DEFINED_IN: dict[str, str] = {
     "ExpectationBroken": "lifecycles.machines._exploration",
     "Exploration": "lifecycles.machines._exploration",
     "Expr": "lifecycles.invariants._expressions",
+    "ExternalEffect": "lifecycles.machines._interleaving",
     "FieldRule": "lifecycles.invariants._core",
     "FieldRuleViolation": "lifecycles.invariants._core",
     "Fields": "lifecycles.invariants._expressions",
@@ -227,6 +229,7 @@ __all__ = [
     "ExpectationBroken",
     "Exploration",
     "Expr",
+    "ExternalEffect",
     "FieldRule",
     "FieldRuleViolation",
     "Fields",

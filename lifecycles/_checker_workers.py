@@ -25,6 +25,17 @@ PROPERTIES = ("at most one live lease per record; no completion from a supersede
 """The lease protocol's own properties, checked besides the invariants."""
 
 
+def properties(exploration: Exploration[Any]) -> str:
+    """:data:`PROPERTIES`, then the whole-store invariants and the external effects'
+    rules this exploration's lifecycle and workers declare."""
+    extra = [f"whole-store invariant {rule.name}"
+             for rule in exploration.lifecycle.invariants.store]
+    workers = exploration.workers
+    extra += [f"external effect {effect.name} (keyed by {effect.keyed_by}): {effect.meaning}"
+              for effect in (workers.effects if workers is not None else ())]
+    return "; ".join([PROPERTIES, *extra])
+
+
 def sized(chosen: list[Target], workers: int | None, records: int | None) -> list[Target]:
     """``chosen`` with ``--workers``/``--records`` applied to every exploration that
     declares workers; ``bound_invalid`` when none does or a number is out of range."""
@@ -64,7 +75,7 @@ def check_workers(target: Target, exploration: Exploration[Any], trace_dir: Path
            else " (search cut at its max_states)" if result.truncated else " (complete)"))
     finding = result.finding
     if finding is None:
-        say(f"    {PROPERTIES}: "
+        say(f"    {properties(exploration)}: "
             + ("not proven (the search was cut)" if result.truncated else "all hold"))
         if result.truncated:
             check_cut("interleaving", result.cut_at, result.states, exploration, outcome, say)

@@ -419,7 +419,7 @@ def _interleaved(exploration: Exploration[Any]) -> list[str]:
     """The interleaved workers the checker explores, and what it proves of them."""
     if exploration.workers is None:
         return []
-    from lifecycles._checker_workers import PROPERTIES
+    from lifecycles._checker_workers import properties
     from lifecycles.machines._interleaving import explore_workers
 
     result = explore_workers(exploration)
@@ -434,7 +434,8 @@ def _interleaved(exploration: Exploration[Any]) -> list[str]:
         f"Interleaved workers: {exploration.workers.bounds}. Each step runs the lease "
         "protocol on the in-memory store: a claim (rescuing expired leases first), a "
         f"completion by compare-and-set,{renewal} a worker stopping, the clock moving to "
-        f"the next due time or lease expiry. Checked besides the invariants: {PROPERTIES}. "
+        f"the next due time or lease expiry. Checked besides the invariants: "
+        f"{properties(exploration)}. "
         f"Explored: {result.states:,} states, {result.steps:,} steps, depth "
         f"{result.depth}, {verdict} (`lifecycles check --workers N --records M` widens it).",
         "",

@@ -84,10 +84,12 @@ def display(path: str | Path) -> str:
 def where(error: BaseException, module_file: Path | None = None) -> str | None:
     """``file:line`` of the user's code where ``error`` happened, or ``None``.
 
-    For a :class:`DefinitionError`, the line of the ``Lifecycle(...)`` call, a shipped
-    lifecycle's too. Otherwise the innermost frame outside lifecycles, the standard
-    library and installed packages (a guard, an effect, an ``import``); else the
-    innermost frame in ``module_file``; else the innermost frame outside lifecycles.
+    For a :class:`DefinitionError`, the line in ``module_file`` (the module checked)
+    that declared it, through a helper of its own or not; else the line of the
+    ``Lifecycle(...)`` call, a shipped lifecycle's too. Otherwise the innermost frame
+    outside lifecycles, the standard library and installed packages (a guard, an
+    effect, an ``import``); else the innermost frame in ``module_file``; else the
+    innermost frame outside lifecycles.
     """
     if isinstance(error, SyntaxError) and error.filename and error.lineno:
         return f"{display(error.filename)}:{error.lineno}"
@@ -105,7 +107,9 @@ def where(error: BaseException, module_file: Path | None = None) -> str | None:
         lambda name: not name.startswith(_OWN),
     ]
     if isinstance(error, DefinitionError):
-        tests.insert(0, lambda name: name not in _DECLARING)
+        # The module that declared the table, where a helper of the author's built it;
+        # else the line that called Lifecycle(...).
+        tests[:0] = [lambda name: name == own_file, lambda name: name not in _DECLARING]
     for test in tests:
         for name, line in reversed(frames):
             if test(name):

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         trigger_move,
     )
     from lifecycles.machines._interleaving import (
+        ExternalEffect,
         Work,
         Workers,
         explore_workers,
@@ -74,6 +75,7 @@ _DEFINED_IN: dict[str, str] = {
     "EquivalentMutant": "lifecycles.machines._mutants",
     "ExpectationBroken": "lifecycles.machines._exploration",
     "Exploration": "lifecycles.machines._exploration",
+    "ExternalEffect": "lifecycles.machines._interleaving",
     "Fire": "lifecycles.machines._work",
     "FiredBy": "lifecycles.machines._audit",
     "Guard": "lifecycles.machines._declaration",
@@ -123,6 +125,7 @@ __all__ = [
     "EquivalentMutant",
     "ExpectationBroken",
     "Exploration",
+    "ExternalEffect",
     "Fire",
     "FiredBy",
     "Guard",

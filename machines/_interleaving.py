@@ -71,8 +71,8 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 
 __all__ = [
-    "Finding", "Held", "InterleavedStep", "InterleavingResult", "InterleavingViolation",
-    "Work", "Workers", "World", "explore_workers", "replay_interleaving",
+    "EFFECT_KEYS", "ExternalEffect", "Finding", "Held", "InterleavedStep", "InterleavingResult",
+    "InterleavingViolation", "Work", "Workers", "World", "explore_workers", "replay_interleaving",
 ]
 
 
@@ -84,6 +84,34 @@ class Work(Generic[R]):
 
     label: str
     step: lease.StepOn[R]
+    calls: str | None = None
+    """The external effect (:class:`ExternalEffect`, by name) this way of ending makes
+    before its step is written: the provider is paid whether or not the step is then
+    accepted."""
+
+
+EFFECT_KEYS = ("record", "token", "none")
+
+
+@attrs.frozen
+class ExternalEffect(Generic[R]):
+    """A call a worker makes outside the store (a payment, a delivery), and how the
+    provider tells a repeated call: ``keyed_by`` ``"record"`` (an idempotency key of the
+    record's: a second call for it is the first), ``"token"`` (keyed by the lease: a
+    rescued lease's call is a new one) or ``"none"`` (every call counts). The
+    interleaving keeps a ghost ledger of the calls that took effect, and ``rule(record,
+    effected)`` must hold for every final record and the number of effective calls for
+    it (``meaning`` says it in a line: "refunded exactly when paid once")."""
+
+    name: str
+    keyed_by: str
+    rule: Callable[[R, int], bool]
+    meaning: str
+
+    def __attrs_post_init__(self) -> None:
+        if self.keyed_by not in EFFECT_KEYS:
+            raise ValueError(f"{self.name}: keyed_by {self.keyed_by!r} is not one of "
+                             f"{EFFECT_KEYS}")
 
 
 @attrs.frozen
@@ -110,6 +138,7 @@ class Workers(Generic[R]):
     max_records: int = 2
     max_states: int = 400_000
     batches: bool = True  # idle workers may also lease every record at once (claim_many)
+    effects: tuple[ExternalEffect[R], ...] = ()  # what their calls do outside the store
 
     def sized(self, count: int | None = None, record_count: int | None = None) -> Workers[R]:
         """These workers with another number of workers or records (``ValueError``
@@ -175,13 +204,16 @@ class Held(Generic[R]):
 @attrs.frozen
 class World(Generic[R]):
     """The stored records (in key order), the clock, each worker's hand (the leases it
-    holds, in claim order; empty: idle) and how many tokens were minted (for fresh
-    names, not part of the state)."""
+    holds, in claim order; empty: idle), how many tokens were minted (for fresh
+    names, not part of the state) and the ghost ledger of external effects."""
 
     records: tuple[R, ...]
     now: float
     workers: tuple[tuple[Held[R], ...], ...]
     minted: int = 0
+    ledger: tuple[tuple[str, str, str], ...] = ()
+    """The external calls that took effect: (effect, record key, the provider's key of
+    the call), sorted; a repeated provider key is the same call."""
 
 
 @attrs.frozen
@@ -202,7 +234,7 @@ class Finding:
     """A property that broke, and the shortest interleaving reaching it."""
 
     kind: str  # invariant, superseded_completion, two_live_leases, store_invariant,
-    #            record_lost, no_way_to_final, error
+    #            external_effect, record_lost, no_way_to_final, error
     message: str
     rules: tuple[str, ...]
     trace: tuple[InterleavedStep, ...]
@@ -319,7 +351,10 @@ class _Model(Generic[R]):
         def hand(leases: tuple[Held[R], ...]) -> tuple[tuple[object, ...], ...]:
             return tuple(sorted(map(lease_held, leases)))
 
-        return records, tuple(sorted(map(hand, world.workers)))
+        # The ledger by counts: which provider key a call had is not the state.
+        effected = tuple(sorted({(effect, key): self.effected(world, effect, key)
+                                 for effect, key, _ in world.ledger}.items()))
+        return records, tuple(sorted(map(hand, world.workers))), effected
 
     def _token(self, record: R) -> object:
         return getattr(record, self.declared.token_field)
@@ -425,9 +460,40 @@ class _Model(Generic[R]):
                     said, refused)
         position, way = self._chosen(world, actor, hand, choice)
         hands[index] = hand[:position] + hand[position + 1:]
+        ledger, called = self._called(world, hand[position], self._ways(world, actor,
+                                                                       hand[position])[way])
         refused, said = self._complete(store, world, index, hand[position], way)
-        return (attrs.evolve(world, records=self.records_in(store), workers=tuple(hands)),
-                said, refused)
+        return (attrs.evolve(world, records=self.records_in(store), workers=tuple(hands),
+                             ledger=ledger), called + said, refused)
+
+    def _called(self, world: World[R], held: Held[R], work: Work[R]
+                ) -> tuple[tuple[tuple[str, str, str], ...], str]:
+        """The ledger after ``work``'s external call, made before its step is written
+        (whatever the store then says), and what the call did."""
+        if work.calls is None:
+            return world.ledger, ""
+        effect = self.effect(work.calls)
+        key = self.lifecycle.key_of(held.record)
+        provider_key = {"record": key, "token": held.token,
+                        "none": f"call-{len(world.ledger) + 1}"}[effect.keyed_by]
+        repeat = any(entry[0] == effect.name and entry[2] == provider_key
+                     for entry in world.ledger)
+        said = (f"calls {effect.name} for {key} (a repeat of the call keyed {provider_key}, "
+                "no effect); " if repeat else f"calls {effect.name} for {key}; ")
+        if repeat:
+            return world.ledger, said
+        return tuple(sorted((*world.ledger, (effect.name, key, provider_key)))), said
+
+    def effect(self, name: str) -> ExternalEffect[R]:
+        for effect in self.workers.effects:
+            if effect.name == name:
+                return effect
+        raise ValueError(f"a call names the external effect {name!r}, which the workers "
+                         "do not declare (Workers(effects=...))")
+
+    def effected(self, world: World[R], effect: str, key: str) -> int:
+        """How many of the calls of ``effect`` for ``key`` took effect."""
+        return sum(1 for entry in world.ledger if entry[0] == effect and entry[1] == key)
 
     def _claim(self, world: World[R], index: int, limit: int) -> tuple[World[R], str, bool]:
         """``limit`` 1: a claim (:func:`lease.claim`); more: a batch (:func:`lease.claim_many`)."""
@@ -456,7 +522,8 @@ class _Model(Generic[R]):
         for held in hands[index]:
             said += f"; holds {self.lifecycle.key_of(held.record)} under {held.token}"
         minted = world.minted + len(granted)
-        return World(self.records_in(store), world.now, tuple(hands), minted), said, not granted
+        return (World(self.records_in(store), world.now, tuple(hands), minted, world.ledger),
+                said, not granted)
 
     def _complete(self, store: MemoryStore[R], world: World[R], index: int, held: Held[R],
                   choice: int) -> tuple[bool, str]:
@@ -524,12 +591,30 @@ class _Model(Generic[R]):
                 raise _Broken("two_live_leases",
                               f"{' and '.join(holders)} both hold the live lease "
                               f"{self._token(record)} of {key}")
+        for effect in self.workers.effects:
+            for record in world.records:
+                key = self.lifecycle.key_of(record)
+                if (self.lifecycle.status_of(record) not in self.lifecycle.final
+                        or not self.ledger_tracks(key)):
+                    continue
+                count = self.effected(world, effect.name, key)
+                if not effect.rule(record, count):
+                    raise _Broken(
+                        "external_effect",
+                        f"{key} is {self.lifecycle.status_of(record)} after {count} "
+                        f"{effect.name} call{'s' if count != 1 else ''} that took effect "
+                        f"(keyed by {effect.keyed_by}): the rule {effect.meaning!r} is "
+                        "broken", (effect.name,))
         if self.lifecycle.invariants.store:
             view = self.view(world)
             broken = self.lifecycle.invariants.broken_across(view)
             if broken:
                 raise _Broken("store_invariant", f"the store breaks {', '.join(broken)}: "
                               f"{self.describe(view)}", tuple(broken))
+
+    def ledger_tracks(self, key: str) -> bool:
+        """Whether every step on ``key`` was a worker's, so its ledger says all its calls."""
+        return True
 
     def lost(self, world: World[R]) -> list[str]:
         """The keys of the records registered that ``world`` no longer holds."""

@@ -198,6 +198,8 @@ def build_state_machine(
             self.clock: float | None = None
             self.hands: tuple[tuple[Any, ...], ...] = ((),) * worker_count
             self.minted = 0
+            self.ledger: tuple[tuple[str, str, str], ...] = ()  # the external calls made
+            self.moved_by_moves: set[str] = set()  # records a move, not a worker, changed
             self.on_store: Any = None
             if record_coverage:
                 COVERAGE_RUNS.setdefault(label, coverage)
@@ -415,6 +417,8 @@ def build_state_machine(
                 return
             machine.expect(outcome == expected, "store and pure machine disagree")
             earlier = dict(machine.model)
+            if outcome != before:
+                machine.moved_by_moves.add(key)
             machine.model[key] = outcome
             machine.steps[-1] += f" -> {lifecycle.status_of(outcome)}"
             machine.progressed(earlier)

@@ -18,9 +18,11 @@ checker's memory store:
 
 After every step the machine checks, besides every record's invariants: **at most one
 live lease per record**, **no completion from a superseded lease accepted**, every
-**whole-store invariant** with the workers' holdings, and, on a store other than the
-memory store, that the step did exactly what it does on the memory store (the
-reference). At the end of each example every record must keep a way to a final status:
+**whole-store invariant** with the workers' holdings, the rule of every **external
+effect** the workers declare over the ghost ledger of their calls (for the records no
+move but the workers' changed: a move fires rows without their calls), and, on a store
+other than the memory store, that the step did exactly what it does on the memory store
+(the reference). At the end of each example every record must keep a way to a final status:
 from the record as stored, with every worker gone, the checker's own search (one
 worker, one record) must reach one.
 """
@@ -70,6 +72,7 @@ class OnStore(_Model[R]):
     def __init__(self, exploration: Exploration[R], workers: Workers[R], store: Any) -> None:
         super().__init__(exploration, workers, records=(), token_prefix=WORKER_TOKENS)
         self.store = store
+        self.moved_by_moves: set[str] = set()  # records a move (not a worker) changed
 
     def store_for(self, world: World[R]) -> Any:
         return self.store
@@ -80,12 +83,27 @@ class OnStore(_Model[R]):
     def lost(self, world: World[R]) -> list[str]:
         return []  # the machine's invariant says so after the step, as after any other
 
+    def ledger_tracks(self, key: str) -> bool:
+        # A move fires rows without the workers' calls: their rule is about workers'.
+        return key not in self.moved_by_moves
+
     def claim_on(self, store: Any, inputs_for: Callable[[int], Any], limit: int) -> list[R]:
         if limit == 1:
             one = store.claim(inputs_for(0))
             return [] if one is None else [one]
         granted: list[R] = store.claim_many(inputs_for, limit)
         return granted
+
+
+class _Reference(_Model[R]):
+    """The same steps on the memory store, what the store under test must agree with."""
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.moved_by_moves: set[str] = set()  # the machine's, set before each step
+
+    def ledger_tracks(self, key: str) -> bool:
+        return key not in self.moved_by_moves
 
 
 def weighted_choices(model: _Model[R], world: World[R]) -> list[tuple[str, str, Any]]:
@@ -151,7 +169,8 @@ def add_worker_rules(machine_class: type[Any], exploration: Exploration[R], work
     from hypothesis.stateful import precondition, rule
 
     lifecycle = exploration.lifecycle
-    reference = _Model(exploration, workers, records=(), token_prefix=WORKER_TOKENS)
+    reference: _Reference[R] = _Reference(exploration, workers, records=(),
+                                          token_prefix=WORKER_TOKENS)
 
     def world_of(machine: Any) -> World[R]:
         if machine.clock is None:  # the first worker step: the clock starts at the first due
@@ -160,11 +179,12 @@ def add_worker_rules(machine_class: type[Any], exploration: Exploration[R], work
             machine.clock = min(moments, default=0.0)
             reference.start = on_store(machine).start = machine.clock  # traces say t+Ns
         records = tuple(machine.model[key] for key in sorted(machine.model))
-        return World(records, machine.clock, machine.hands, machine.minted)
+        return World(records, machine.clock, machine.hands, machine.minted, machine.ledger)
 
     def on_store(machine: Any) -> OnStore[R]:
         if machine.on_store is None:
             machine.on_store = OnStore(exploration, workers, machine.store)
+            machine.on_store.moved_by_moves = machine.moved_by_moves
         model: OnStore[R] = machine.on_store
         return model
 
@@ -172,6 +192,7 @@ def add_worker_rules(machine_class: type[Any], exploration: Exploration[R], work
         world = world_of(machine)
         model = on_store(machine)
         model.keys = reference.keys = tuple(sorted(machine.model))
+        reference.moved_by_moves = machine.moved_by_moves
         actor, kind, _ = action
         number = len(machine.steps) + 1
         machine.steps.append(f"{actor} {kind} (step {number})")
@@ -198,7 +219,7 @@ def add_worker_rules(machine_class: type[Any], exploration: Exploration[R], work
                            f"{expected[1].description!r}")
         before = machine.model
         machine.model = {lifecycle.key_of(record): record for record in after.records}
-        machine.hands, machine.minted = after.workers, after.minted
+        machine.hands, machine.minted, machine.ledger = after.workers, after.minted, after.ledger
         machine.progressed(before)
 
     def waiting(record: R) -> bool:
@@ -238,7 +259,8 @@ def add_worker_rules(machine_class: type[Any], exploration: Exploration[R], work
             record = machine.model[key]
             if lifecycle.status_of(record) in lifecycle.final:
                 continue
-            start: World[R] = World((record,), machine.clock, ((),))
+            start: World[R] = World((record,), machine.clock, ((),), ledger=tuple(
+                entry for entry in machine.ledger if entry[1] == key))
             result = explore_workers(exploration, alone, start=start, token_prefix=AT_END_TOKENS)
             if result.finding is not None:
                 ahead = "\n".join(f"    {step.actor} {step.description}"

@@ -155,3 +155,35 @@ def test_health_counts_the_whole_store_invariants_in_sql_and_in_python(tmp_path:
     assert health.store_violations == {"one_lease_per_due_time": 1, "tokens_unique": 1}
     assert health.broken == 0  # no record breaks a rule of its own
     assert health.counts["sending"] == 3
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_the_generated_tests_find_an_unkeyed_provider_call_and_pass_the_keyed_one(
+        store: str, tmp_path: Path) -> None:
+    from examples.defects.unkeyed_refund import EXPLORATION, KEYED_EXPLORATION
+
+    def run(declared: Any) -> str | None:
+        lifecycle = declared.lifecycle
+        numbers = iter(range(10**6))
+
+        def fresh_store() -> Any:
+            if store == "memory":
+                return MemoryStore(lifecycle)
+            return SQLiteStore(lifecycle, sqlite3.connect(tmp_path / f"r-{next(numbers)}.db"))
+
+        case = build_state_machine(declared, fresh_store, record_coverage=False,
+                                   lease_protocol=store != "memory").TestCase("runTest")
+        case.settings = settings(settings.get_profile("ci"), print_blob=False,
+                                 phases=case.settings.phases)
+        try:
+            case.runTest()
+        except StepFailed as failure:
+            return str(failure)
+        except ExceptionGroup as failures:
+            return "\n".join(map(str, failures.exceptions))
+        return None
+
+    found = run(EXPLORATION)
+    assert found is not None and "external_effect" in found
+    assert "calls pay for refund-1" in found
+    assert run(KEYED_EXPLORATION) is None

@@ -143,6 +143,24 @@ def test_an_invalid_declaration_names_the_lifecycle_call(
     assert json.loads(out)["error"] == "definition_invalid"
 
 
+def test_an_invalid_declaration_built_by_a_helper_names_the_declaring_module(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The table is the module's; the Lifecycle(...) call is in a helper of the author's.
+    (project / "jobs_helper.py").write_text(
+        "from examples.defects._jobs import ENDINGS, job_lifecycle\n")
+    (project / "twice_claimed.py").write_text(
+        "from jobs_helper import ENDINGS, job_lifecycle\n\n"
+        "TWICE = job_lifecycle('twice_claimed', [\n"
+        "    {'trigger': 'claim', 'source': 'idle', 'dest': 'running'},\n"
+        "    *ENDINGS,\n"
+        "], __name__)\n")
+    code, _, err = run(capsys, "--module", "twice_claimed.py")
+    assert code == 2
+    assert err.startswith("lifecycles check: twice_claimed.py:3: the lifecycle declared here "
+                          "is invalid: guards_and_effects_declared"), err
+
+
 # A shipped table edited into an invalid one: the broken source runs as the shipped module
 # itself (its code compiled under the shipped file's name), as after an edit in place.
 SWAP_SHIPPED = """\

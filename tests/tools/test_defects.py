@@ -4,7 +4,9 @@ each one, with the shortest trace, and exits 1.
 * reused_token.py: a claim that reuses the old lease token (a step invariant);
 * trapped_status.py: a status no record ever leaves (the liveness check);
 * late_completion.py: a completion that ignores the lease token (interleaved workers
-  only: one record alone passes every other check).
+  only: one record alone passes every other check);
+* unkeyed_refund.py: a provider call without an idempotency key (the external-effect
+  check: the table is right, the refund is paid twice), and its keyed fix, which passes.
 """
 
 from __future__ import annotations
@@ -44,6 +46,14 @@ def check(module: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
         "3. worker-2 claims at t+60s: expire job-1 running -> idle, then claim job-1",
         "4. worker-1 completes job-1 ('finish') at t+60s under lease-1: finish accepted",
     ]),
+    ("examples/defects/unkeyed_refund.py", [
+        "FAIL interleaving (external_effect): refund-1 is refunded after 2 pay calls that "
+        "took effect (keyed by none): the rule 'refunded exactly when paid once' is broken",
+        "3. worker-1 calls pay for refund-1; completes refund-1 ('paid') at t+30s under "
+        "lease-1: refused (refunds.lease_lost)",
+        "5. worker-1 calls pay for refund-1; completes refund-1 ('paid') at t+30s under "
+        "lease-2: record_payment accepted -> refunded",
+    ]),
 ])
 def test_each_planted_defect_is_found_with_a_trace(
     module: str, expected: list[str], tmp_path: Path
@@ -68,3 +78,27 @@ def test_the_late_completion_is_found_only_by_interleaving(tmp_path: Path) -> No
                          timeout=120)
     assert ran.returncode == 1, ran.stdout
     assert "InterleavingViolation" in ran.stdout and "superseded lease" in ran.stdout
+
+
+def test_the_refund_keyed_by_the_record_passes_the_external_effect_check(tmp_path: Path
+                                                                         ) -> None:
+    done = check("examples/defects/unkeyed_refund.py", tmp_path)
+    keyed = done.stdout.partition("\nkeyed_refund (table")[2].partition("\nchecked ")[0]
+    assert keyed, done.stdout
+    assert "FAIL" not in keyed, keyed
+    assert ("external effect pay (keyed by record): refunded exactly when paid once: all hold"
+            in keyed)
+    assert "FAILED ['unkeyed_refund']" in done.stdout
+
+
+def test_a_call_keyed_by_the_lease_token_still_pays_twice() -> None:
+    # A rescued lease has a new token: the provider sees a new call.
+    import attrs
+
+    from examples.defects.unkeyed_refund import EXPLORATION, _workers
+    from lifecycles import explore_workers
+
+    by_token = attrs.evolve(EXPLORATION, workers=_workers("token"))
+    finding = explore_workers(by_token).finding
+    assert finding is not None and finding.kind == "external_effect"
+    assert "after 2 pay calls that took effect (keyed by token)" in finding.message

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 MACHINES = [
     "AcceptedCycle", "Backoff", "Changes", "DefinitionError", "Effect", "EffectContractError",
-    "EquivalentMutant", "ExpectationBroken", "Exploration", "Fire", "FiredBy", "Guard",
+    "EquivalentMutant", "ExpectationBroken", "Exploration", "ExternalEffect", "Fire", "FiredBy",
+    "Guard",
     "Handling", "InputNames", "Lease", "LeaseDefaults", "Leasing", "LeasingStore", "Leave",
     "Lifecycle", "LifecycleError", "LostRace", "Move", "NotLeasable", "Outcome", "Permanent",
     "Retry", "Row", "Step", "TransitionRefused", "Work", "WorkInputs", "Workers",

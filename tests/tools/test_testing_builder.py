@@ -75,7 +75,7 @@ def test_the_fixed_monitor_passes_the_same_run() -> None:
     machine = build_state_machine(EXPLORATION, memory_store, record_coverage=False, workers=0)
     # More examples than finding a bug needs: every row must fire, the repeated
     # registration out of each of the six statuses included.
-    run_state_machine_as_test(machine, settings=settings(FINDING, max_examples=300))
+    run_state_machine_as_test(machine, settings=settings(FINDING, max_examples=600))
     coverage = coverage_of(machine)
     assert coverage.unfired_rows == []
     assert coverage.guard_outcomes["lease_is_held"][True] > 0
