@@ -23,6 +23,8 @@ from typing import Any, Generic, TypeVar, overload
 
 import attrs
 
+from lifecycles.invariants._core import _meaning
+
 R = TypeVar("R")
 
 __all__ = [
@@ -94,13 +96,6 @@ class StoreInvariant(Generic[R]):
 
     def __repr__(self) -> str:
         return f"<store invariant {self.name}>"
-
-
-def _meaning(function: Callable[..., Any]) -> str:
-    lines = (function.__doc__ or "").strip().splitlines()
-    if not lines:
-        raise TypeError(f"store invariant {function.__name__} needs a one-line docstring")
-    return lines[0]
 
 
 @overload

@@ -41,20 +41,27 @@ FOUND_AS = {
 def run_generated(defect: str | None, store: str, tmp_path: Path, batches: bool = False,
                   workers: int | None = None) -> str | None:
     """Run the generated test of the webhook table with ``defect`` under the ``ci``
-    profile on ``store``: the first failure's message, or ``None`` when it passed."""
-    lifecycle = webhooks(defect, batches=batches)
+    profile on ``store``: the failures' messages, or ``None`` when it passed."""
+    return run_ci(exploration(webhooks(defect, batches=batches), batches), store, tmp_path,
+                  workers)
+
+
+def run_ci(declared: Any, store: str, tmp_path: Path, workers: int | None = None
+           ) -> str | None:
+    """Run the generated test of the exploration ``declared`` under the ``ci`` profile on
+    ``store`` (``memory`` or ``sqlite``): the failures' messages, or ``None``."""
+    lifecycle = declared.lifecycle
     numbers = iter(range(10**6))
 
     def fresh_store() -> Any:
         if store == "memory":
             return MemoryStore(lifecycle)
-        connection = sqlite3.connect(tmp_path / f"hooks-{next(numbers)}.db")
+        connection = sqlite3.connect(tmp_path / f"{lifecycle.name}-{next(numbers)}.db")
         connection.execute("PRAGMA synchronous = OFF")
         return SQLiteStore(lifecycle, connection)
 
-    machine = build_state_machine(exploration(lifecycle, batches), fresh_store,
-                                  record_coverage=False, lease_protocol=store != "memory",
-                                  workers=workers)
+    machine = build_state_machine(declared, fresh_store, record_coverage=False,
+                                  lease_protocol=store != "memory", workers=workers)
     case = machine.TestCase("runTest")
     case.settings = settings(settings.get_profile("ci"), print_blob=False,
                              phases=case.settings.phases)
@@ -162,28 +169,7 @@ def test_the_generated_tests_find_an_unkeyed_provider_call_and_pass_the_keyed_on
         store: str, tmp_path: Path) -> None:
     from examples.defects.unkeyed_refund import EXPLORATION, KEYED_EXPLORATION
 
-    def run(declared: Any) -> str | None:
-        lifecycle = declared.lifecycle
-        numbers = iter(range(10**6))
-
-        def fresh_store() -> Any:
-            if store == "memory":
-                return MemoryStore(lifecycle)
-            return SQLiteStore(lifecycle, sqlite3.connect(tmp_path / f"r-{next(numbers)}.db"))
-
-        case = build_state_machine(declared, fresh_store, record_coverage=False,
-                                   lease_protocol=store != "memory").TestCase("runTest")
-        case.settings = settings(settings.get_profile("ci"), print_blob=False,
-                                 phases=case.settings.phases)
-        try:
-            case.runTest()
-        except StepFailed as failure:
-            return str(failure)
-        except ExceptionGroup as failures:
-            return "\n".join(map(str, failures.exceptions))
-        return None
-
-    found = run(EXPLORATION)
+    found = run_ci(EXPLORATION, store, tmp_path)
     assert found is not None and "external_effect" in found
     assert "calls pay for refund-1" in found
-    assert run(KEYED_EXPLORATION) is None
+    assert run_ci(KEYED_EXPLORATION, store, tmp_path) is None
