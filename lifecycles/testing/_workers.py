@@ -1,20 +1,22 @@
 """Workers in the generated tests: the interleaving's steps, drawn by Hypothesis, on a real store.
 
 For a leased lifecycle whose exploration declares its :class:`~lifecycles.Workers`,
-:func:`~lifecycles.testing.build_state_machine` adds the rules of this module. They run
-the very steps the checker's interleaving explores
+:func:`~lifecycles.testing.build_state_machine` adds the rule of this module,
+``workers_act``. It runs a burst of the very steps the checker's interleaving explores
 (:mod:`lifecycles.machines._interleaving`), on the store under test instead of the
-checker's memory store:
+checker's memory store, each drawn from those possible (:func:`weighted_choices`):
 
-* ``worker_claims``: an idle worker claims through the store's own ``claim`` (or
-  ``claim_many``, a batch), which first rescues every expired lease;
-* ``worker_acts``: a worker holding leases ends one call one of the declared ways
-  (a success, a stale answer, a permanent error...) through
-  :func:`~lifecycles.machines.lease.complete` (compare-and-set on the record as claimed,
-  outside any transaction, else the table's guards on the record as stored), renews one
-  (where the table declares a renewal row), or stops, leaving its leases to expire;
-* ``clock_moves``: the clock moves to a boundary instant: a second before, at or after
-  the next due time or lease expiry of any record (a late claim, a late completion).
+* an idle worker claims through the store's own ``claim`` (or ``claim_many``, a
+  batch), which first rescues every expired lease;
+* a worker holding leases ends one call one of the declared ways (a success, a stale
+  answer, a permanent error...) through :func:`~lifecycles.machines.lease.complete`
+  (compare-and-set on the record as claimed, outside any transaction, else the table's
+  guards on the record as stored), renews one (where the table declares a renewal
+  row), or stops, leaving its leases to expire;
+* the clock moves to a boundary instant: a second before, at or after the next due
+  time or lease expiry of any record (a late claim, a late completion).
+
+A burst ends early once a record waits again, so that the moves meet it in that status.
 
 After every step the machine checks, besides every record's invariants: **at most one
 live lease per record**, **no completion from a superseded lease accepted**, every
@@ -35,7 +37,6 @@ from typing import Any, TypeVar
 from lifecycles.machines import lease
 from lifecycles.machines._exploration import Exploration
 from lifecycles.machines._interleaving import (
-    Held,
     Workers,
     World,
     _Broken,
@@ -65,14 +66,26 @@ _PAST_EXPIRY = 4  # the clock to or past the expiry of a lease a worker holds
 _BURST = 8  # at most this many workers' steps in one rule
 
 
-class OnStore(_Model[R]):
+class _Reference(_Model[R]):
+    """The interleaving's steps on the memory store, what the store under test must
+    agree with; the external effects' rules asked only of records no move changed (a
+    move fires rows without the workers' calls)."""
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.moved_by_moves: set[str] = set()  # the machine's, shared
+
+    def ledger_tracks(self, key: str) -> bool:
+        return key not in self.moved_by_moves
+
+
+class OnStore(_Reference[R]):
     """The interleaving's steps on ``store`` (claims through its own ``claim`` and
     ``claim_many``, as the runtime worker makes them), with tokens of their own."""
 
     def __init__(self, exploration: Exploration[R], workers: Workers[R], store: Any) -> None:
         super().__init__(exploration, workers, records=(), token_prefix=WORKER_TOKENS)
         self.store = store
-        self.moved_by_moves: set[str] = set()  # records a move (not a worker) changed
 
     def store_for(self, world: World[R]) -> Any:
         return self.store
@@ -83,27 +96,12 @@ class OnStore(_Model[R]):
     def lost(self, world: World[R]) -> list[str]:
         return []  # the machine's invariant says so after the step, as after any other
 
-    def ledger_tracks(self, key: str) -> bool:
-        # A move fires rows without the workers' calls: their rule is about workers'.
-        return key not in self.moved_by_moves
-
     def claim_on(self, store: Any, inputs_for: Callable[[int], Any], limit: int) -> list[R]:
         if limit == 1:
             one = store.claim(inputs_for(0))
             return [] if one is None else [one]
         granted: list[R] = store.claim_many(inputs_for, limit)
         return granted
-
-
-class _Reference(_Model[R]):
-    """The same steps on the memory store, what the store under test must agree with."""
-
-    def __init__(self, *args: Any, **options: Any) -> None:
-        super().__init__(*args, **options)
-        self.moved_by_moves: set[str] = set()  # the machine's, set before each step
-
-    def ledger_tracks(self, key: str) -> bool:
-        return key not in self.moved_by_moves
 
 
 def weighted_choices(model: _Model[R], world: World[R]) -> list[tuple[str, str, Any]]:
@@ -272,7 +270,3 @@ def add_worker_rules(machine_class: type[Any], exploration: Exploration[R], work
 
     machine_class.check_at_end = no_record_stranded
 
-
-def idle_hands(count: int) -> tuple[tuple[Held[Any], ...], ...]:
-    """``count`` workers holding nothing."""
-    return ((),) * count
